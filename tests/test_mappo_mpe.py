@@ -1,0 +1,400 @@
+"""Tests for mappo_mpe.py: pieces imported from the script, then whole runs of it on a tiny budget."""
+
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import mappo_mpe as m  # noqa: E402
+
+SCENARIOS = {
+    # env_id: (agents, obs dims, action dims, state dim)
+    "simple_spread_v3": (["agent_0", "agent_1", "agent_2"], [18, 18, 18], [5, 5, 5], 54),
+    "simple_reference_v3": (["agent_0", "agent_1"], [21, 21], [50, 50], 42),
+    "simple_speaker_listener_v4": (["speaker_0", "listener_0"], [3, 11], [3, 5], 14),
+}
+
+
+def tiny_args(**overrides) -> m.Args:
+    defaults = dict(total_timesteps=200, n_rollout_threads=4, n_workers=2, n_eval_episodes=2, eval_interval=100,
+                    log_interval=100, ppo_epoch=2)
+    return m.Args(**{**defaults, **overrides})
+
+
+# ----------------------------------------------------------------------------------------------------
+# Vectorized environments
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_id", SCENARIOS)
+def test_env_spec(env_id):
+    agents, obs_dims, action_dims, state_dim = SCENARIOS[env_id]
+    spec = m.get_env_spec(env_id, 3, 25)
+    assert spec.agents == agents
+    assert spec.obs_dim == max(obs_dims) and spec.action_dim == max(action_dims) and spec.state_dim == state_dim
+    expected_mask = np.array([[a < n for a in range(max(action_dims))] for n in action_dims])
+    np.testing.assert_array_equal(spec.avail_actions, expected_mask)
+
+
+@pytest.mark.parametrize("env_id", SCENARIOS)
+def test_vec_env_shapes_padding_and_auto_reset(env_id):
+    agents, obs_dims, action_dims, state_dim = SCENARIOS[env_id]
+    n_envs, n_agents, max_cycles = 3, len(agents), 4
+    envs = m.VecEnv(env_id, n_envs, n_workers=2, seed=0, max_cycles=max_cycles)
+    try:
+        obs, state = envs.reset()
+        assert obs.shape == (n_envs, n_agents, max(obs_dims)) and obs.dtype == np.float32
+        assert state.shape == (n_envs, state_dim)
+        for i, d in enumerate(obs_dims):  # padding of smaller observations is exactly zero
+            assert np.all(obs[:, i, d:] == 0)
+        # the state is the env's own: the concatenation of the agents' unpadded observations in MPE
+        np.testing.assert_allclose(state, np.concatenate([obs[:, i, :d] for i, d in enumerate(obs_dims)], axis=1),
+                                   rtol=1e-6)
+        actions = np.zeros((n_envs, n_agents), dtype=np.int64)
+        for t in range(max_cycles):
+            step = envs.step(actions)
+            assert step.obs.shape == obs.shape and step.state.shape == state.shape
+            assert step.rewards.shape == step.terminated.shape == step.truncated.shape == (n_envs, n_agents)
+            assert not step.terminated.any()
+            last = t == max_cycles - 1
+            assert step.truncated.all() == last and step.truncated.any() == last
+            if not last:
+                assert np.all(step.final_obs == 0) and np.all(step.final_state == 0)
+                previous = step
+        # the final observation is the one after the last step, the returned one starts a new episode
+        assert np.any(step.final_obs != 0) and np.any(step.final_state != 0)
+        assert not np.allclose(step.final_obs, step.obs)
+        assert np.abs(step.final_obs - previous.obs).max() < 1.0  # one step of motion, not a reset
+    finally:
+        envs.close()
+
+
+def test_vec_env_seeding_is_per_env_and_repeatable():
+    a = m.VecEnv("simple_spread_v3", 4, n_workers=2, seed=7)
+    b = m.VecEnv("simple_spread_v3", 4, n_workers=1, seed=7)
+    try:
+        obs_a, _ = a.reset()
+        obs_b, _ = b.reset()
+        np.testing.assert_array_equal(obs_a, obs_b)  # independent of how envs are split over workers
+        assert not np.allclose(obs_a[0], obs_a[1])
+    finally:
+        a.close()
+        b.close()
+
+
+def test_dead_worker_raises_quickly():
+    envs = m.VecEnv("simple_spread_v3", 4, n_workers=2, seed=0)
+    envs.reset()
+    envs.processes[1].kill()
+    start = time.time()
+    with pytest.raises(RuntimeError, match="env worker 1 died"):
+        envs.step(np.zeros((4, 3), dtype=np.int64))
+    assert time.time() - start < 5
+    assert not any(p.is_alive() for p in envs.processes)
+
+
+def test_worker_error_is_reported():
+    envs = m.VecEnv("simple_spread_v3", 2, n_workers=1, seed=0)
+    envs.reset()
+    with pytest.raises(RuntimeError, match="env worker 0 failed"):
+        envs.step(np.full((2, 3), 99, dtype=np.int64))  # not an action of Discrete(5)
+    assert not any(p.is_alive() for p in envs.processes)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Networks and masking
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state_type,critic_features", [("EP", 54), ("FP", 54 + 3), ("AS", 54 + 18 + 3)])
+def test_critic_input_and_value_shapes(state_type, critic_features):
+    spec = m.get_env_spec("simple_spread_v3", 3, 25)
+    agent = m.Agent(spec, m.Args(state_type=state_type))
+    obs, state = torch.randn(5, 3, 18), torch.randn(5, 54)
+    x = agent.critic_input(obs, state)
+    assert x.shape == ((5, 1, critic_features) if state_type == "EP" else (5, 3, critic_features))
+    if state_type == "AS":
+        torch.testing.assert_close(x[:, 1, 54:72], obs[:, 1])
+        torch.testing.assert_close(x[:, 1, 72:], torch.tensor([0.0, 1.0, 0.0]).expand(5, 3))
+    assert agent.get_value(obs, state).shape == (5, 3)
+
+
+def test_separate_actors_have_their_own_parameters():
+    spec = m.get_env_spec("simple_speaker_listener_v4", 3, 25)
+    shared, separate = m.Agent(spec, m.Args(separate_actors=False)), m.Agent(spec, m.Args(separate_actors=True))
+    assert len(shared.actors) == 1 and len(separate.actors) == 2
+    obs = torch.randn(4, 2, 11)
+    assert separate.get_dist(obs).logits.shape == (4, 2, 5)
+    with torch.no_grad():  # changing the listener's actor leaves the speaker's logits alone
+        before = separate.get_dist(obs).logits.clone()
+        separate.actors[1][-1].bias[0] += 1.0
+        after = separate.get_dist(obs).logits
+    torch.testing.assert_close(after[:, 0], before[:, 0])
+    assert not torch.allclose(after[:, 1, :5], before[:, 1, :5])
+
+
+def test_masked_actions_are_never_sampled():
+    spec = m.get_env_spec("simple_speaker_listener_v4", 3, 25)
+    torch.manual_seed(0)
+    agent = m.Agent(spec, m.Args(separate_actors=True))
+    with torch.no_grad():  # make the unavailable speaker actions the most attractive ones
+        agent.actors[0][-1].bias.copy_(torch.tensor([0.0, 0.0, 0.0, 50.0, 50.0]))
+        obs = torch.randn(4096, 2, 11)
+        actions, logprobs = agent.act(obs)
+        greedy, _ = agent.act(obs, deterministic=True)
+        dist = agent.get_dist(obs)
+    assert actions[:, 0].max() <= 2 and greedy[:, 0].max() <= 2
+    assert set(actions[:, 1].tolist()) == {0, 1, 2, 3, 4}  # the listener keeps all of its actions
+    assert torch.isfinite(logprobs).all() and torch.isfinite(dist.entropy()).all()
+    assert torch.all(dist.probs[:, 0, 3:] == 0)
+    torch.testing.assert_close(greedy, dist.probs.argmax(-1))
+
+
+# ----------------------------------------------------------------------------------------------------
+# ValueNorm, GAE and the PPO losses
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_value_norm_round_trip_and_debiasing():
+    norm = m.ValueNorm()
+    x = torch.tensor([[-30.0, -10.0], [-20.0, 0.0]])
+    norm.update(x)
+    mean, var = norm.mean_var()
+    # after one update the debiased statistics are exactly the batch's (despite beta = 0.99999)
+    torch.testing.assert_close(mean, x.mean())
+    torch.testing.assert_close(var, x.var(unbiased=False))
+    torch.testing.assert_close(norm.normalize(x).mean(), torch.tensor(0.0), atol=1e-5, rtol=0)
+    torch.testing.assert_close(norm.denormalize(norm.normalize(x)), x)
+    norm.update(torch.full((2, 2), 5.0))  # equal weight for the second batch, since beta ~ 1
+    torch.testing.assert_close(norm.mean_var()[0], torch.tensor((-15.0 + 5.0) / 2), rtol=1e-4, atol=1e-4)
+    small = m.ValueNorm()
+    small.update(torch.ones(3))
+    torch.testing.assert_close(small.mean_var()[1], torch.tensor(1e-2))  # variance floor
+
+
+def reference_gae(rewards, values, final_values, terminated, truncated, gamma, lam):
+    """Plain per-element loop, written independently of the vectorized version."""
+    T, n = rewards.shape
+    advantages = np.zeros((T, n))
+    for i in range(n):
+        gae = 0.0
+        for t in reversed(range(T)):
+            if terminated[t, i]:
+                delta, gae = rewards[t, i] - values[t, i], 0.0
+            elif truncated[t, i]:
+                delta, gae = rewards[t, i] + gamma * final_values[t, i] - values[t, i], 0.0
+            else:
+                delta = rewards[t, i] + gamma * values[t + 1, i] - values[t, i]
+            gae = delta + gamma * lam * gae
+            advantages[t, i] = gae
+    return advantages, advantages + values[:-1]
+
+
+def test_gae_matches_reference_loop_with_truncation_and_termination():
+    rng = np.random.default_rng(0)
+    T, n = 12, 4
+    rewards, values, final_values = rng.normal(size=(T, n)), rng.normal(size=(T + 1, n)), rng.normal(size=(T, n))
+    terminated, truncated = np.zeros((T, n), bool), np.zeros((T, n), bool)
+    truncated[4, 0] = truncated[11, 1] = truncated[2, 2] = True
+    terminated[6, 0] = terminated[11, 2] = terminated[8, 3] = True
+    as_t = lambda x: torch.as_tensor(x)  # noqa: E731
+    adv, ret = m.compute_gae(as_t(rewards), as_t(values), as_t(final_values), as_t(terminated), as_t(truncated),
+                             0.99, 0.95)
+    ref_adv, ref_ret = reference_gae(rewards, values, final_values, terminated, truncated, 0.99, 0.95)
+    np.testing.assert_allclose(adv.numpy(), ref_adv, rtol=1e-12)
+    np.testing.assert_allclose(ret.numpy(), ref_ret, rtol=1e-12)
+    # a truncated step bootstraps from its final observation's value, a terminated one from nothing
+    np.testing.assert_allclose(adv[4, 0].item(), rewards[4, 0] + 0.99 * final_values[4, 0] - values[4, 0])
+    np.testing.assert_allclose(adv[8, 3].item(), rewards[8, 3] - values[8, 3])
+
+
+def test_policy_loss_on_hand_made_batch():
+    logprob = torch.log(torch.tensor([[0.2, 0.5], [0.9, 0.1]]))
+    advantages = torch.tensor([[1.0, -2.0], [0.5, 3.0]])
+    loss, stats = m.policy_loss_fn(logprob, logprob.clone(), advantages, clip=0.2)
+    assert stats["ratio"].item() == 1.0 and stats["clipfrac"].item() == 0.0 and stats["approx_kl"].item() == 0.0
+    torch.testing.assert_close(loss, -advantages.mean())
+    # ratio 2 with a positive advantage is clipped at 1.2; ratio 0.5 with a negative one at 0.8
+    new = logprob + torch.log(torch.tensor([[2.0, 0.5], [1.0, 1.0]]))
+    loss, stats = m.policy_loss_fn(new, logprob, advantages, clip=0.2)
+    torch.testing.assert_close(loss, -torch.tensor([1.2 * 1.0, 0.8 * -2.0, 0.5, 3.0]).mean())
+    assert stats["clipfrac"].item() == 0.5
+
+
+def test_value_loss_huber_and_clipping():
+    returns = torch.tensor([0.0, 0.0, 0.0])
+    old = torch.tensor([0.0, 0.0, 1.0])
+    values = torch.tensor([0.1, 20.0, 0.5])
+    plain = m.value_loss_fn(values, old, returns, clip=0.2, huber_delta=10.0, clipped=False)
+    expected = [0.5 * 0.1**2, 10.0 * (20.0 - 5.0), 0.5 * 0.5**2]  # quadratic below delta, linear above
+    torch.testing.assert_close(plain, torch.tensor(expected).mean())
+    clipped = m.value_loss_fn(values, old, returns, clip=0.2, huber_delta=10.0, clipped=True)
+    # clipped predictions 0.1, 0.2, 0.8: the max keeps the larger loss of each element
+    expected_clipped = [0.5 * 0.1**2, 10.0 * (20.0 - 5.0), 0.5 * 0.8**2]
+    torch.testing.assert_close(clipped, torch.tensor(expected_clipped).mean())
+
+
+def test_first_ppo_epoch_starts_on_policy():
+    """Before any update the new policy is the old one: ratio 1, clipfrac 0 in the first minibatch."""
+    torch.manual_seed(0)
+    spec = m.get_env_spec("simple_spread_v3", 3, 25)
+    args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0)
+    agent, value_norm, optimizer = m.build_agent(spec, args, torch.device("cpu"))
+    buffer = m.RolloutBuffer(5, 2, spec, torch.device("cpu"))
+    buffer.obs.normal_()
+    buffer.state.normal_()
+    with torch.no_grad():
+        for t in range(5):
+            buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t])
+    stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(5, 2, 3), torch.randn(5, 2, 3), args)
+    assert stats["ratio"] == pytest.approx(1.0, abs=1e-6)
+    assert stats["clipfrac"] == 0.0 and stats["approx_kl"] == pytest.approx(0.0, abs=1e-7)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Checkpoints, determinism and argument checks
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
+    spec = m.get_env_spec("simple_speaker_listener_v4", 3, 25)
+    args = m.Args(env_id="simple_speaker_listener_v4", separate_actors=True)
+    torch.manual_seed(1)
+    agent, value_norm, optimizer = m.build_agent(spec, args, torch.device("cpu"))
+    value_norm.update(torch.tensor([-3.0, -5.0]))
+    path = str(tmp_path / "model.pt")
+    m.save_checkpoint(path, agent, value_norm, optimizer, args, global_step=123)
+
+    torch.manual_seed(2)  # different initial weights, overwritten by the checkpoint
+    checkpoint = m.load_checkpoint(path, torch.device("cpu"))
+    restored, restored_norm, restored_opt = m.build_agent(spec, m.Args(**checkpoint["args"]), torch.device("cpu"))
+    m.restore(checkpoint, restored, restored_norm, restored_opt, path)
+    obs = torch.randn(64, 2, 11)
+    torch.testing.assert_close(restored.act(obs, deterministic=True)[0], agent.act(obs, deterministic=True)[0])
+    torch.testing.assert_close(restored.get_dist(obs).logits, agent.get_dist(obs).logits)
+    torch.testing.assert_close(restored_norm.mean_var()[0], value_norm.mean_var()[0])
+    assert checkpoint["global_step"] == 123 and checkpoint["args"]["separate_actors"] is True
+
+
+def test_corrupt_or_foreign_checkpoint_is_a_one_line_error(tmp_path):
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes(b"not a checkpoint")
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.zeros(1)}, foreign)
+    for path, message in [(corrupt, "cannot read checkpoint"), (foreign, "is not a"), (tmp_path / "no.pt", "not found")]:
+        with pytest.raises(SystemExit, match=message) as e:
+            m.load_checkpoint(str(path), torch.device("cpu"))
+        assert "\n" not in str(e.value)
+
+
+def test_checkpoint_from_another_model_is_a_one_line_error(tmp_path):
+    spec = m.get_env_spec("simple_spread_v3", 3, 25)
+    agent, value_norm, optimizer = m.build_agent(spec, m.Args(), torch.device("cpu"))
+    path = str(tmp_path / "model.pt")
+    m.save_checkpoint(path, agent, value_norm, optimizer, m.Args(), 0)
+    other, other_norm, other_opt = m.build_agent(spec, m.Args(hidden_size=32), torch.device("cpu"))
+    with pytest.raises(SystemExit, match="does not fit this model"):
+        m.restore(m.load_checkpoint(path, torch.device("cpu")), other, other_norm, other_opt, path)
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (dict(num_mini_batch=3), "does not divide the rollout of 100 env steps"),
+        (dict(total_timesteps=50), "less than one rollout"),
+        (dict(n_rollout_threads=0), "at least 1"),
+    ],
+)
+def test_impossible_settings_are_rejected(overrides, message):
+    with pytest.raises(SystemExit, match=message):
+        m.check_args(tiny_args(**overrides))
+
+
+def test_cuda_request_without_gpu_falls_back_to_cpu(capsys):
+    device = m.select_device(True)
+    if torch.cuda.is_available():
+        assert device.type == "cuda"
+    else:
+        assert device.type == "cpu" and "no GPU is available" in capsys.readouterr().out
+
+
+def test_same_seed_gives_identical_first_update(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = tiny_args(total_timesteps=100)  # exactly one rollout and one update
+    first, second = m.main(args), m.main(args)
+    assert first["global_step"] == second["global_step"] == 100
+    assert first["losses"] == second["losses"]
+    third = m.main(dataclasses.replace(args, seed=2))
+    assert third["losses"]["policy_loss"] != first["losses"]["policy_loss"]
+
+
+# ----------------------------------------------------------------------------------------------------
+# The script end to end
+# ----------------------------------------------------------------------------------------------------
+
+
+def run_script(cwd, *flags, check=True) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, os.path.join(ROOT, "mappo_mpe.py"), *flags]
+    env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
+    result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+TINY = ["--total-timesteps", "200", "--n-rollout-threads", "4", "--n-eval-episodes", "2", "--eval-interval", "100",
+        "--log-interval", "100", "--ppo-epoch", "2"]
+
+
+@pytest.mark.parametrize("env_id", SCENARIOS)
+def test_script_end_to_end(tmp_path, env_id):
+    flags = ["--env-id", env_id, *TINY]
+    if env_id == "simple_speaker_listener_v4":
+        flags += ["--separate-actors", "--state-type", "AS"]
+    result = run_script(tmp_path, *flags)
+    assert "step       200/200" in result.stdout
+    runs = os.listdir(tmp_path / "runs")
+    assert len(runs) == 1 and runs[0].startswith(f"{env_id}__mappo_mpe__1__")
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(tmp_path / "runs" / runs[0]))
+
+
+def test_save_model_then_test_mode_with_video(tmp_path):
+    run_script(tmp_path, *TINY, "--save-model", "--state-type", "FP", "--no-team-reward")
+    (run_name,) = os.listdir(tmp_path / "runs")
+    run_dir = tmp_path / "runs" / run_name
+    assert {"model.pt", "best_model.pt"} <= set(os.listdir(run_dir))
+    result = run_script(tmp_path, "--eval-checkpoint", str(run_dir / "model.pt"), "--n-eval-episodes", "3",
+                        "--capture-video")
+    assert "trained 200 steps on simple_spread_v3" in result.stdout and "over 3 episodes" in result.stdout
+    (video,) = os.listdir(tmp_path / "videos" / run_name)
+    assert video == "test_200.mp4" and os.path.getsize(tmp_path / "videos" / run_name / video) > 1000
+
+
+def test_script_reports_bad_input_in_one_line(tmp_path):
+    (tmp_path / "bad.pt").write_bytes(b"garbage")
+    for flags, message in [
+        (["--num-mini-batch", "7", *TINY], "does not divide"),
+        (["--eval-checkpoint", str(tmp_path / "bad.pt")], "cannot read checkpoint"),
+    ]:
+        result = run_script(tmp_path, *flags, check=False)
+        assert result.returncode == 1
+        assert result.stderr.strip().startswith("error:") and message in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    result = run_script(tmp_path, "--env-id", "simple_tag_v3", check=False)
+    assert result.returncode == 2 and "simple_tag_v3" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_record_episode_frames():
+    spec = m.get_env_spec("simple_spread_v3", 3, 5)
+    agent = m.Agent(spec, m.Args())
+    frames = m.record_episode(agent, m.Args(max_cycles=5), torch.device("cpu"), seed=0)
+    assert frames.shape == (6, 700, 700, 3) and frames.dtype == np.uint8
+    assert frames.std() > 0
