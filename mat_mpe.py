@@ -1,0 +1,930 @@
+"""The Multi-Agent Transformer (MAT, Wen et al., 2022) for the cooperative PettingZoo MPE scenarios, in one file.
+
+MAT treats the agents of one env step as a sequence: an encoder turns the agents' observations into
+representations and values, a decoder emits the agents' actions one after another, each conditioned on the
+actions already chosen. Acting decodes agent by agent with a key/value cache (cost linear in the agents);
+training scores all agents' actions in one teacher-forced pass.
+
+Read top to bottom: arguments, vectorized environments, networks, value normalization, rollout buffer
+and GAE, the PPO update, evaluation and checkpoints, then the training loop in `main()`.
+
+    python mat_mpe.py                                     # simple_spread_v3, 3 agents
+    python mat_mpe.py --env-id simple_speaker_listener_v4 --ppo-epoch 15
+    python mat_mpe.py --eval-checkpoint runs/<run_name>/model.pt --capture-video
+"""
+
+import dataclasses
+import importlib
+import multiprocessing as mp
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import tyro
+from torch.distributions import Categorical
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment (env k of the vector uses seed + k)"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = False
+    """if toggled, use the GPU when one is available (the small MPE networks usually run faster on CPU)"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "mat-mpe"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """if toggled, record one evaluation episode per evaluation to `videos/{run_name}` and TensorBoard"""
+    save_model: bool = False
+    """if toggled, save the final and the best-evaluated checkpoint to `runs/{run_name}`"""
+    eval_checkpoint: str | None = None
+    """test mode: load this checkpoint, run the evaluation episodes and exit without training"""
+
+    # Environment
+    env_id: Literal["simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4"] = "simple_spread_v3"
+    """the MPE scenario"""
+    n_agents: int = 3
+    """number of agents (and landmarks) in simple_spread_v3; the other scenarios have a fixed team"""
+    max_cycles: int = 25
+    """steps before an episode is truncated"""
+    n_rollout_threads: int = 32
+    """number of parallel environments"""
+    n_workers: int = 0
+    """worker processes that step the environments (0: one per CPU core, at most n_rollout_threads)"""
+
+    # Algorithm
+    total_timesteps: int = 2_000_000
+    """total environment steps (each step of one env counts once, whatever the number of agents)"""
+    episode_length: int = 25
+    """steps per environment per rollout"""
+    lr: float = 7e-4
+    """learning rate of the one Adam optimizer over encoder and decoder"""
+    linear_lr_decay: bool = False
+    """if toggled, the learning rate decays linearly to 0 over training"""
+    ppo_epoch: int = 10
+    """passes over each rollout"""
+    num_mini_batch: int = 1
+    """minibatches per pass; must divide episode_length * n_rollout_threads"""
+    clip: float = 0.05
+    """PPO clipping range of the policy ratio and of the value change (official MAT MPE setting)"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """lambda of generalized advantage estimation"""
+    ent_coef: float = 0.01
+    """coefficient of the entropy bonus"""
+    vf_coef: float = 1.0
+    """coefficient of the value loss"""
+    max_grad_norm: float = 10.0
+    """gradient norm clip over all parameters (encoder and decoder share one optimizer)"""
+    n_block: int = 1
+    """transformer blocks in the encoder and in the decoder"""
+    n_embd: int = 64
+    """width of the token embeddings"""
+    n_head: int = 1
+    """attention heads; must divide n_embd"""
+    use_valuenorm: bool = True
+    """if toggled, the value head learns returns normalized by running statistics (ValueNorm)"""
+    huber_delta: float = 10.0
+    """delta of the Huber value loss (on normalized returns)"""
+    clipped_value_loss: bool = True
+    """if toggled, the value loss is the larger of the plain and the clipped-prediction loss"""
+    shuffle_agents: bool = False
+    """if toggled, every training sample sees its agents in a fresh random order (the decoding order is
+    then no longer fixed; the official code meant to do this but never did)"""
+    team_reward: bool = True
+    """if toggled, every agent is trained on the mean of all agents' rewards"""
+
+    # Evaluation and logging
+    eval_interval: int = 50_000
+    """environment steps between deterministic evaluations"""
+    n_eval_episodes: int = 32
+    """episodes per evaluation (one per evaluation env)"""
+    log_interval: int = 20_000
+    """environment steps between progress lines"""
+
+
+# ----------------------------------------------------------------------------------------------------
+# Environments
+# ----------------------------------------------------------------------------------------------------
+
+
+class EnvSpec(NamedTuple):
+    agents: list[str]
+    obs_dim: int  # largest agent observation; smaller ones are zero-padded
+    action_dim: int  # largest agent action space; the extra actions are masked out
+    state_dim: int
+    avail_actions: np.ndarray  # (n_agents, action_dim) bool, fixed per agent in MPE
+
+
+def make_env(env_id: str, n_agents: int, max_cycles: int, render_mode: str | None = None):
+    module = importlib.import_module(f"mpe2.{env_id}")
+    kwargs = dict(max_cycles=max_cycles, continuous_actions=False, render_mode=render_mode)
+    if env_id == "simple_spread_v3":
+        kwargs["N"] = n_agents
+    return module.parallel_env(**kwargs)
+
+
+def get_env_spec(env_id: str, n_agents: int, max_cycles: int) -> EnvSpec:
+    env = make_env(env_id, n_agents, max_cycles)
+    agents = list(env.possible_agents)
+    obs_dims = [env.observation_space(a).shape[0] for a in agents]
+    action_dims = [int(env.action_space(a).n) for a in agents]
+    avail = np.zeros((len(agents), max(action_dims)), dtype=bool)
+    for i, n in enumerate(action_dims):
+        avail[i, :n] = True
+    env.reset(seed=0)
+    spec = EnvSpec(agents, max(obs_dims), max(action_dims), env.state().shape[0], avail)
+    env.close()
+    return spec
+
+
+def stack_obs(obs: dict, agents: list[str], obs_dim: int) -> np.ndarray:
+    """Agent dict -> (n_agents, obs_dim) float32, zero-padded for agents with smaller observations."""
+    out = np.zeros((len(agents), obs_dim), dtype=np.float32)
+    for i, agent in enumerate(agents):
+        out[i, : obs[agent].shape[0]] = obs[agent]
+    return out
+
+
+class StepResult(NamedTuple):
+    obs: np.ndarray  # (n_envs, n_agents, obs_dim), already reset where an episode ended
+    state: np.ndarray  # (n_envs, state_dim)
+    rewards: np.ndarray  # (n_envs, n_agents)
+    terminated: np.ndarray  # (n_envs, n_agents) bool
+    truncated: np.ndarray  # (n_envs, n_agents) bool
+    final_obs: np.ndarray  # (n_envs, n_agents, obs_dim): last obs of an ended episode, zeros elsewhere
+    final_state: np.ndarray  # (n_envs, state_dim): likewise
+
+
+def env_worker(conn, parent_conn, env_kwargs: dict, seeds: list[int], obs_dim: int):
+    """Steps a slice of the environments and answers the main process with stacked arrays."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is handled by the main process alone
+    parent_conn.close()
+    parent_pid = os.getppid()
+    try:
+        envs = [make_env(**env_kwargs) for _ in seeds]
+        agents = list(envs[0].possible_agents)
+        n, n_agents = len(envs), len(agents)
+
+        def reset(k, seed=None):
+            obs, _ = envs[k].reset(seed=seed)
+            return stack_obs(obs, agents, obs_dim), envs[k].state()
+
+        while True:
+            while not conn.poll(5.0):
+                if os.getppid() != parent_pid:  # the main process is gone: do not linger as an orphan
+                    return
+            cmd, data = conn.recv()
+            if cmd == "reset":
+                first = [reset(k, seed) for k, seed in enumerate(seeds)]
+                conn.send(("ok", (np.stack([o for o, _ in first]), np.stack([s for _, s in first]))))
+            elif cmd == "step":
+                obs = np.zeros((n, n_agents, obs_dim), np.float32)
+                rewards = np.zeros((n, n_agents), np.float32)
+                terminated, truncated = np.zeros((n, n_agents), bool), np.zeros((n, n_agents), bool)
+                final_obs = np.zeros_like(obs)
+                states, final_states = [], []
+                for k, env in enumerate(envs):
+                    o, r, term, trunc, _ = env.step({a: int(data[k, i]) for i, a in enumerate(agents)})
+                    obs[k] = stack_obs(o, agents, obs_dim)
+                    s = env.state()
+                    rewards[k] = [r[a] for a in agents]
+                    terminated[k] = [term[a] for a in agents]
+                    truncated[k] = [trunc[a] for a in agents]
+                    final_states.append(np.zeros_like(s))
+                    if (terminated[k] | truncated[k]).all():
+                        final_obs[k], final_states[k] = obs[k], s
+                        obs[k], s = reset(k)
+                    states.append(s)
+                result = StepResult(obs, np.stack(states), rewards, terminated, truncated, final_obs, np.stack(final_states))
+                conn.send(("ok", result))
+            elif cmd == "close":
+                return
+    except Exception as e:  # report, then let the main process raise
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+    finally:
+        conn.close()
+
+
+class VecEnv:
+    """`n_envs` PettingZoo parallel envs split over `n_workers` processes; auto-resets ended episodes."""
+
+    def __init__(self, env_id: str, n_envs: int, n_workers: int, seed: int, n_agents: int = 3, max_cycles: int = 25):
+        self.spec = get_env_spec(env_id, n_agents, max_cycles)
+        self.n_envs = n_envs
+        n_workers = min(n_workers or os.cpu_count() or 1, n_envs)
+        slices = np.array_split(np.arange(n_envs), n_workers)
+        env_kwargs = dict(env_id=env_id, n_agents=n_agents, max_cycles=max_cycles)
+        ctx = mp.get_context()
+        self.conns, self.processes, self.slices = [], [], slices
+        for idx in slices:
+            parent_conn, child_conn = ctx.Pipe()
+            seeds = [seed + int(k) for k in idx]
+            p = ctx.Process(
+                target=env_worker, args=(child_conn, parent_conn, env_kwargs, seeds, self.spec.obs_dim), daemon=True
+            )
+            p.start()
+            child_conn.close()
+            self.conns.append(parent_conn)
+            self.processes.append(p)
+        self.closed = False
+
+    def _fail(self, i: int, reason: str | None = None):
+        self.close()
+        exitcode = self.processes[i].exitcode
+        raise RuntimeError(f"env worker {i} " + (f"failed: {reason}" if reason else f"died (exit code {exitcode})"))
+
+    def _recv(self, i: int):
+        conn, process = self.conns[i], self.processes[i]
+        while not conn.poll(1.0):  # returns at once when the answer is there; the timeout only spots a dead worker
+            if not process.is_alive():
+                self._fail(i)
+        try:
+            status, payload = conn.recv()
+        except (EOFError, ConnectionResetError):
+            self._fail(i)
+        if status == "error":
+            self._fail(i, payload)
+        return payload
+
+    def _gather(self, cmd: str, data=None):
+        for i, (conn, idx) in enumerate(zip(self.conns, self.slices)):
+            try:
+                conn.send((cmd, None if data is None else data[idx]))
+            except (BrokenPipeError, ConnectionResetError):
+                self._fail(i)
+        return [self._recv(i) for i in range(len(self.conns))]
+
+    def reset(self) -> tuple[np.ndarray, np.ndarray]:
+        """Returns obs (n_envs, n_agents, obs_dim) and state (n_envs, state_dim)."""
+        results = self._gather("reset")
+        return np.concatenate([o for o, _ in results]), np.concatenate([s for _, s in results])
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        results = self._gather("step", actions)
+        return StepResult(*(np.concatenate(field) for field in zip(*results)))
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        for conn in self.conns:
+            try:
+                conn.send(("close", None))
+            except (BrokenPipeError, OSError):
+                pass
+        for p in self.processes:
+            p.join(timeout=1.0)
+            if p.is_alive():
+                p.terminate()
+                p.join()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Networks
+# ----------------------------------------------------------------------------------------------------
+
+def layer_init(layer: nn.Linear, gain: float = np.sqrt(2)) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)
+    if layer.bias is not None:
+        nn.init.constant_(layer.bias, 0.0)
+    return layer
+
+
+def mlp(n_embd: int) -> nn.Sequential:
+    return nn.Sequential(layer_init(nn.Linear(n_embd, n_embd)), nn.GELU(), layer_init(nn.Linear(n_embd, n_embd), 0.01))
+
+
+def head(n_embd: int, out_dim: int) -> nn.Sequential:
+    """Output head of the encoder (values) and the decoder (logits)."""
+    return nn.Sequential(
+        layer_init(nn.Linear(n_embd, n_embd)), nn.GELU(), nn.LayerNorm(n_embd), layer_init(nn.Linear(n_embd, out_dim), 0.01)
+    )
+
+
+class Attention(nn.Module):
+    """Multi-head attention over the agent sequence; if `causal`, agent i attends to agents 0..i only.
+
+    With a `cache` (a dict owned by this layer for one decoding), the keys and values of earlier positions
+    are kept, so a call with just the newest position costs one position's work.
+    """
+
+    def __init__(self, n_embd: int, n_head: int, causal: bool):
+        super().__init__()
+        self.n_head, self.causal = n_head, causal
+        self.query, self.key, self.value, self.proj = (layer_init(nn.Linear(n_embd, n_embd), 0.01) for _ in range(4))
+
+    def forward(self, query_in: torch.Tensor, key_value_in: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
+        B, n_queries, n_embd = query_in.shape
+        heads = lambda x: x.view(B, -1, self.n_head, n_embd // self.n_head).transpose(1, 2)  # noqa: E731
+        q = heads(self.query(query_in))  # (B, n_head, n_queries, head_dim)
+        k, v = heads(self.key(key_value_in)), heads(self.value(key_value_in))
+        if cache is not None:
+            if cache:
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+            cache["k"], cache["v"] = k, v
+        n_keys = k.shape[2]
+        mask = None
+        if self.causal:  # the queries are the last n_queries positions of the n_keys seen so far
+            mask = torch.ones(n_queries, n_keys, dtype=torch.bool, device=q.device).tril(n_keys - n_queries)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, n_head, n_queries, head_dim)
+        return self.proj(y.transpose(1, 2).reshape(B, n_queries, n_embd))
+
+
+class EncodeBlock(nn.Module):
+    def __init__(self, n_embd: int, n_head: int):
+        super().__init__()
+        self.attn = Attention(n_embd, n_head, causal=False)
+        self.mlp = mlp(n_embd)
+        self.ln1, self.ln2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.ln1(x + self.attn(x, x))
+        return self.ln2(x + self.mlp(x))
+
+
+class DecodeBlock(nn.Module):
+    """Causal self-attention over the action stream, then each agent's observation representation attends
+    to the action stream (causally: agent i sees the actions of agents before it), then an MLP."""
+
+    def __init__(self, n_embd: int, n_head: int):
+        super().__init__()
+        self.self_attn = Attention(n_embd, n_head, causal=True)
+        self.obs_attn = Attention(n_embd, n_head, causal=True)
+        self.mlp = mlp(n_embd)
+        self.ln1, self.ln2, self.ln3 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
+
+    def forward(self, x: torch.Tensor, obs_rep: torch.Tensor, cache: list[dict] | None = None) -> torch.Tensor:
+        self_cache, obs_cache = cache if cache is not None else (None, None)
+        x = self.ln1(x + self.self_attn(x, x, self_cache))
+        x = self.ln2(obs_rep + self.obs_attn(obs_rep, x, obs_cache))
+        return self.ln3(x + self.mlp(x))
+
+
+def shift_actions(actions: torch.Tensor, action_dim: int) -> torch.Tensor:
+    """Decoder inputs (B, n_agents, action_dim + 1) for actions (B, n_agents): agent 0 gets the start token
+    (slot 0), agent i the one-hot of agent i-1's action (slots 1..action_dim)."""
+    start = torch.zeros_like(actions[:, :1])
+    return F.one_hot(torch.cat([start, actions[:, :-1] + 1], dim=1), action_dim + 1).float()
+
+
+class MultiAgentTransformer(nn.Module):
+    """Encoder: observations -> representations and values; decoder: representations and earlier agents'
+    actions -> the next agent's action logits."""
+
+    def __init__(self, spec: EnvSpec, args: Args):
+        super().__init__()
+        n_agents, n_embd = len(spec.agents), args.n_embd
+        self.obs_dim, self.action_dim = spec.obs_dim, spec.action_dim
+        self.register_buffer("agent_ids", torch.eye(n_agents))
+        self.register_buffer("avail_actions", torch.as_tensor(spec.avail_actions))
+        in_dim = spec.obs_dim + n_agents
+        self.obs_encoder = nn.Sequential(nn.LayerNorm(in_dim), layer_init(nn.Linear(in_dim, n_embd)), nn.GELU(), nn.LayerNorm(n_embd))
+        self.encoder_blocks = nn.Sequential(*(EncodeBlock(n_embd, args.n_head) for _ in range(args.n_block)))
+        self.value_head = head(n_embd, 1)
+        self.action_encoder = nn.Sequential(
+            layer_init(nn.Linear(spec.action_dim + 1, n_embd, bias=False)), nn.GELU(), nn.LayerNorm(n_embd)
+        )
+        self.decoder_blocks = nn.ModuleList(DecodeBlock(n_embd, args.n_head) for _ in range(args.n_block))
+        self.action_head = head(n_embd, spec.action_dim)
+
+    def agent_inputs(self, obs: torch.Tensor, agent_order: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Observations with each agent's one-hot id appended, and the available actions, both in sequence
+        order; `agent_order` (B, n_agents) says which agent sits at each position (None: 0, 1, ...)."""
+        if agent_order is None:
+            ids, avail = self.agent_ids.expand(obs.shape[0], -1, -1), self.avail_actions
+        else:
+            ids, avail = self.agent_ids[agent_order], self.avail_actions[agent_order]
+        return torch.cat([obs, ids], dim=-1), avail
+
+    def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Representations (B, n_agents, n_embd) and values (B, n_agents), normalized when ValueNorm is on."""
+        obs_rep = self.encoder_blocks(self.obs_encoder(x))
+        return obs_rep, self.value_head(obs_rep).squeeze(-1)
+
+    def get_value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.encode(self.agent_inputs(obs, None)[0])[1]
+
+    def decode(self, shifted_actions: torch.Tensor, obs_rep: torch.Tensor, cache: list | None = None) -> torch.Tensor:
+        """Unmasked logits (B, L, action_dim) for L positions; with a cache, the L positions follow the cached ones."""
+        x = self.action_encoder(shifted_actions)
+        for i, block in enumerate(self.decoder_blocks):
+            x = block(x, obs_rep, None if cache is None else cache[i])
+        return self.action_head(x)
+
+    def decode_autoregressive(self, obs_rep: torch.Tensor, avail: torch.Tensor, deterministic: bool,
+                              use_kv_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Actions and log-probs (B, n_agents) and masked logits (B, n_agents, action_dim), agent by agent.
+
+        With the cache each step feeds only agent i's position through the decoder. Without it, each step
+        re-decodes the whole sequence (as the official code does): the same logits at quadratic cost.
+        """
+        B, n_agents, _ = obs_rep.shape
+        shifted = torch.zeros(B, n_agents, self.action_dim + 1, device=obs_rep.device)  # filled in as agents act
+        shifted[:, 0, 0] = 1.0
+        actions = torch.zeros(B, n_agents, dtype=torch.long, device=obs_rep.device)
+        logprobs = torch.zeros(B, n_agents, device=obs_rep.device)
+        logits = torch.zeros(B, n_agents, self.action_dim, device=obs_rep.device)
+        cache = [[{}, {}] for _ in self.decoder_blocks] if use_kv_cache else None
+        for i in range(n_agents):
+            if use_kv_cache:
+                step_logits = self.decode(shifted[:, i : i + 1], obs_rep[:, i : i + 1], cache)[:, 0]
+            else:
+                step_logits = self.decode(shifted, obs_rep)[:, i]
+            logits[:, i] = step_logits.masked_fill(~avail[..., i, :], -1e10)
+            dist = Categorical(logits=logits[:, i], validate_args=False)
+            actions[:, i] = dist.probs.argmax(-1) if deterministic else dist.sample()
+            logprobs[:, i] = dist.log_prob(actions[:, i])
+            if i + 1 < n_agents:
+                shifted[:, i + 1, 1:] = F.one_hot(actions[:, i], self.action_dim).float()
+        return actions, logprobs, logits
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actions and their log-probabilities, both (B, n_agents)."""
+        x, avail = self.agent_inputs(obs, None)
+        actions, logprobs, _ = self.decode_autoregressive(self.encode(x)[0], avail, deterministic)
+        return actions, logprobs
+
+    def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor, agent_order: torch.Tensor | None = None):
+        """Log-probs, entropies and values, each (B, n_agents), of given joint actions in one teacher-forced pass."""
+        x, avail = self.agent_inputs(obs, agent_order)
+        obs_rep, values = self.encode(x)
+        logits = self.decode(shift_actions(actions, self.action_dim), obs_rep).masked_fill(~avail, -1e10)
+        dist = Categorical(logits=logits, validate_args=False)
+        return dist.log_prob(actions), dist.entropy(), values
+
+
+
+# ----------------------------------------------------------------------------------------------------
+# Value normalization
+# ----------------------------------------------------------------------------------------------------
+
+
+class ValueNorm(nn.Module):
+    """Running mean/variance of the returns with debiased exponential averages (official MAPPO and MAT)."""
+
+    def __init__(self, beta: float = 0.99999, epsilon: float = 1e-5, min_var: float = 1e-2):
+        super().__init__()
+        self.beta, self.epsilon, self.min_var = beta, epsilon, min_var
+        self.register_buffer("running_mean", torch.zeros(()))
+        self.register_buffer("running_mean_sq", torch.zeros(()))
+        self.register_buffer("debiasing_term", torch.zeros(()))
+
+    def mean_var(self) -> tuple[torch.Tensor, torch.Tensor]:
+        debias = self.debiasing_term.clamp(min=self.epsilon)
+        mean = self.running_mean / debias
+        var = (self.running_mean_sq / debias - mean**2).clamp(min=self.min_var)
+        return mean, var
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor):
+        self.running_mean.mul_(self.beta).add_(x.mean() * (1 - self.beta))
+        self.running_mean_sq.mul_(self.beta).add_((x**2).mean() * (1 - self.beta))
+        self.debiasing_term.mul_(self.beta).add_(1 - self.beta)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        mean, var = self.mean_var()
+        return (x - mean) / var.sqrt()
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        mean, var = self.mean_var()
+        return x * var.sqrt() + mean
+
+
+class IdentityNorm(nn.Module):
+    """Stands in for ValueNorm with --no-use-valuenorm."""
+
+    def update(self, x: torch.Tensor):
+        pass
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+# ----------------------------------------------------------------------------------------------------
+# Rollout buffer and GAE
+# ----------------------------------------------------------------------------------------------------
+
+
+class RolloutBuffer:
+    """One rollout of T steps; index t holds the input at step t and what followed from acting on it."""
+
+    def __init__(self, T: int, n_envs: int, spec: EnvSpec, device: torch.device):
+        n_agents = len(spec.agents)
+        zeros = lambda *shape, dtype=torch.float32: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
+        self.obs = zeros(T + 1, n_envs, n_agents, spec.obs_dim)
+        self.values = zeros(T + 1, n_envs, n_agents)  # denormalized: on the scale of the returns
+        self.actions = zeros(T, n_envs, n_agents, dtype=torch.long)
+        self.logprobs = zeros(T, n_envs, n_agents)
+        self.rewards = zeros(T, n_envs, n_agents)
+        self.terminated = zeros(T, n_envs, n_agents, dtype=torch.bool)
+        self.truncated = zeros(T, n_envs, n_agents, dtype=torch.bool)
+        self.final_obs = zeros(T, n_envs, n_agents, spec.obs_dim)  # last obs of an episode that ended at t
+        self.final_values = zeros(T, n_envs, n_agents)  # their values, to bootstrap truncated episodes
+
+    @torch.no_grad()
+    def compute_values(self, agent: "MultiAgentTransformer", value_norm):
+        """All values of the rollout in one batched encoder pass, on the scale of the returns."""
+        value = lambda obs: value_norm.denormalize(agent.get_value(obs.flatten(0, 1)))  # noqa: E731
+        self.values[:] = value(self.obs).view_as(self.values)
+        self.final_values[:] = value(self.final_obs).view_as(self.final_values)
+
+    def start_next_rollout(self):
+        self.obs[0] = self.obs[-1]
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    final_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE over (T, ...) tensors; `values` has T+1 entries.
+
+    A truncated episode bootstraps from the value of its final observation (`final_values`), a terminated
+    one from zero; neither lets the advantage flow into the next episode.
+    """
+    next_values = torch.where(truncated, final_values, values[1:]) * ~terminated
+    deltas = rewards + gamma * next_values - values[:-1]
+    episode_continues = ~(terminated | truncated)
+    advantages = torch.zeros_like(rewards)
+    gae = torch.zeros_like(rewards[0])
+    for t in reversed(range(rewards.shape[0])):
+        gae = deltas[t] + gamma * gae_lambda * gae * episode_continues[t]
+        advantages[t] = gae
+    return advantages, advantages + values[:-1]
+
+
+# ----------------------------------------------------------------------------------------------------
+# PPO update
+# ----------------------------------------------------------------------------------------------------
+
+
+def policy_loss_fn(new_logprob, old_logprob, advantages, clip: float) -> tuple[torch.Tensor, dict]:
+    logratio = new_logprob - old_logprob
+    ratio = logratio.exp()
+    surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip, 1 + clip) * advantages)
+    with torch.no_grad():
+        stats = {
+            "approx_kl": ((ratio - 1) - logratio).mean(),
+            "clipfrac": ((ratio - 1).abs() > clip).float().mean(),
+            "ratio": ratio.mean(),
+        }
+    return -surrogate.mean(), stats
+
+
+def value_loss_fn(values, old_values, returns, clip: float, huber_delta: float, clipped: bool) -> torch.Tensor:
+    """Huber loss of normalized values against normalized returns, optionally PPO-clipped."""
+    loss = F.huber_loss(values, returns, reduction="none", delta=huber_delta)
+    if clipped:
+        values_clipped = old_values + (values - old_values).clamp(-clip, clip)
+        loss = torch.max(loss, F.huber_loss(values_clipped, returns, reduction="none", delta=huber_delta))
+    return loss.mean()
+
+
+def ppo_update(agent: MultiAgentTransformer, optimizer, value_norm, buffer: RolloutBuffer, advantages, returns,
+               args: Args) -> dict:
+    """`ppo_epoch` passes of minibatches over the rollout; each sample keeps its whole agent sequence."""
+    flat = lambda x: x.flatten(0, 1)  # (T, n_envs, n_agents, ...) -> (T * n_envs, n_agents, ...)  # noqa: E731
+    obs, actions, old_logprobs = flat(buffer.obs[:-1]), flat(buffer.actions), flat(buffer.logprobs)
+    value_norm.update(returns)
+    norm_returns, old_values = flat(value_norm.normalize(returns)), flat(value_norm.normalize(buffer.values[:-1]))
+    advantages = flat((advantages - advantages.mean()) / (advantages.std() + 1e-5))
+
+    batch_size, n_agents = obs.shape[:2]
+    minibatch_size = batch_size // args.num_mini_batch
+    stats = []
+    for _ in range(args.ppo_epoch):
+        for mb in torch.randperm(batch_size, device=obs.device).split(minibatch_size):
+            batch = [x[mb] for x in (obs, actions, old_logprobs, advantages, old_values, norm_returns)]
+            agent_order = None
+            if args.shuffle_agents:  # a random agent order per sample; the one-hot ids travel with the obs
+                agent_order = torch.rand(len(mb), n_agents, device=obs.device).argsort(dim=1)  # (mb, n_agents)
+                rows = torch.arange(len(mb), device=obs.device).unsqueeze(1)
+                batch = [x[rows, agent_order] for x in batch]
+            mb_obs, mb_actions, mb_old_logprobs, mb_advantages, mb_old_values, mb_returns = batch
+            logprobs, entropy, values = agent.evaluate_actions(mb_obs, mb_actions, agent_order)
+            policy_loss, pg_stats = policy_loss_fn(logprobs, mb_old_logprobs, mb_advantages, args.clip)
+            entropy = entropy.mean()
+            value_loss = value_loss_fn(values, mb_old_values, mb_returns, args.clip, args.huber_delta, args.clipped_value_loss)
+            optimizer.zero_grad()
+            (policy_loss - args.ent_coef * entropy + args.vf_coef * value_loss).backward()
+            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+            stats.append(
+                {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(), "entropy": entropy.detach(),
+                 "grad_norm": grad_norm, **pg_stats}
+            )
+    return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
+    var_returns = returns.var()
+    return float("nan") if var_returns == 0 else (1 - (returns - values).var() / var_returns).item()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Evaluation, video and checkpoints
+# ----------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def evaluate(agent: MultiAgentTransformer, envs: VecEnv, device: torch.device) -> np.ndarray:
+    """One deterministic episode per env; returns each episode's per-agent returns (n_envs, n_agents)."""
+    obs, _ = envs.reset()
+    returns = np.zeros((envs.n_envs, len(envs.spec.agents)), dtype=np.float64)
+    finished = np.zeros(envs.n_envs, dtype=bool)
+    while not finished.all():
+        actions, _ = agent.act(torch.from_numpy(obs).to(device), deterministic=True)
+        step = envs.step(actions.cpu().numpy())
+        returns[~finished] += step.rewards[~finished]
+        finished |= (step.terminated | step.truncated).all(axis=1)
+        obs = step.obs
+    return returns
+
+
+@torch.no_grad()
+def record_episode(agent: MultiAgentTransformer, args: Args, device: torch.device, seed: int) -> np.ndarray:
+    """Frames (T+1, H, W, 3) uint8 of one deterministic episode rendered headless."""
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    env = make_env(args.env_id, args.n_agents, args.max_cycles, render_mode="rgb_array")
+    agents = list(env.possible_agents)
+    obs, _ = env.reset(seed=seed)
+    frames = [env.render()]
+    while env.agents:
+        x = torch.from_numpy(stack_obs(obs, agents, agent.obs_dim)).unsqueeze(0).to(device)
+        actions, _ = agent.act(x, deterministic=True)
+        obs, *_ = env.step({a: int(actions[0, i]) for i, a in enumerate(agents)})
+        frames.append(env.render())
+    env.close()
+    return np.stack(frames)
+
+
+def log_video(frames: np.ndarray, path: str, writer, global_step: int, fps: int = 10):
+    import imageio
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    imageio.mimwrite(path, frames, fps=fps, macro_block_size=1)
+    small = torch.from_numpy(frames[:, ::2, ::2]).permute(0, 3, 1, 2).unsqueeze(0)  # (1, T, 3, H/2, W/2)
+    writer.add_video("eval/video", small, global_step, fps=fps)
+
+
+def save_checkpoint(path: str, agent: MultiAgentTransformer, value_norm, optimizer, args: Args, global_step: int):
+    torch.save(
+        {
+            "agent": agent.state_dict(),
+            "value_norm": value_norm.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "args": dataclasses.asdict(args),
+            "global_step": global_step,
+        },
+        path,
+    )
+
+
+def load_checkpoint(path: str, device: torch.device) -> dict:
+    """The checkpoint dict; a missing, corrupt or foreign file ends the program with a one-line error."""
+    if not os.path.isfile(path):
+        raise SystemExit(f"error: checkpoint not found: {path}")
+    try:
+        checkpoint = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:
+        raise SystemExit(f"error: cannot read checkpoint {path}: {type(e).__name__}: {str(e).splitlines()[0]}")
+    missing = {"agent", "value_norm", "optimizer", "args", "global_step"} - set(checkpoint if isinstance(checkpoint, dict) else {})
+    if missing:
+        raise SystemExit(f"error: {path} is not a {Args.exp_name} checkpoint (missing {sorted(missing)})")
+    return checkpoint
+
+
+def build_agent(spec: EnvSpec, args: Args, device: torch.device):
+    agent = MultiAgentTransformer(spec, args).to(device)
+    value_norm = (ValueNorm() if args.use_valuenorm else IdentityNorm()).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5)
+    return agent, value_norm, optimizer
+
+
+def restore(checkpoint: dict, agent: MultiAgentTransformer, value_norm, optimizer, path: str):
+    try:
+        agent.load_state_dict(checkpoint["agent"])
+        value_norm.load_state_dict(checkpoint["value_norm"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as e:
+        raise SystemExit(f"error: checkpoint {path} does not fit this model: {str(e).splitlines()[0]}")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------------
+
+
+def check_args(args: Args):
+    """Reject settings that cannot work, with one line each, before any process is started."""
+    batch = args.episode_length * args.n_rollout_threads
+    problems = [
+        (args.n_rollout_threads < 1, "--n-rollout-threads must be at least 1"),
+        (args.n_agents < 1, "--n-agents must be at least 1"),
+        (args.episode_length < 1 or args.max_cycles < 1, "--episode-length and --max-cycles must be at least 1"),
+        (args.num_mini_batch < 1 or batch % args.num_mini_batch != 0,
+         f"--num-mini-batch {args.num_mini_batch} does not divide the rollout of {batch} env steps "
+         f"(episode_length {args.episode_length} x n_rollout_threads {args.n_rollout_threads})"),
+        (args.eval_checkpoint is None and args.total_timesteps < batch,
+         f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} env steps)"),
+        (args.n_eval_episodes < 1, "--n-eval-episodes must be at least 1"),
+        (args.n_block < 1 or args.n_embd < 1, "--n-block and --n-embd must be at least 1"),
+        (args.n_head < 1 or args.n_embd % args.n_head != 0, f"--n-head {args.n_head} does not divide --n-embd {args.n_embd}"),
+    ]
+    for failed, message in problems:
+        if failed:
+            raise SystemExit(f"error: {message}")
+
+
+def select_device(want_cuda: bool) -> torch.device:
+    if want_cuda and not torch.cuda.is_available():
+        print("warning: --cuda was given but no GPU is available; running on CPU")
+    return torch.device("cuda" if want_cuda and torch.cuda.is_available() else "cpu")
+
+
+def seed_everything(seed: int, torch_deterministic: bool):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = torch_deterministic
+
+
+def format_time(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{seconds:02d}s"
+
+
+def run_evaluation_only(args: Args, device: torch.device):
+    """Test mode: evaluate a saved checkpoint with the environment and model settings it was trained with."""
+    checkpoint = load_checkpoint(args.eval_checkpoint, device)
+    saved = {k: v for k, v in checkpoint["args"].items() if k in {f.name for f in dataclasses.fields(Args)}}
+    keep = ("eval_checkpoint", "n_eval_episodes", "capture_video", "seed", "cuda", "n_workers")
+    args = dataclasses.replace(Args(**saved), **{k: getattr(args, k) for k in keep})
+    envs = VecEnv(args.env_id, args.n_eval_episodes, args.n_workers, args.seed + 100_000, args.n_agents, args.max_cycles)
+    try:
+        agent, value_norm, optimizer = build_agent(envs.spec, args, device)
+        restore(checkpoint, agent, value_norm, optimizer, args.eval_checkpoint)
+        returns = evaluate(agent, envs, device)
+    finally:
+        envs.close()
+    per_agent = returns.mean(axis=0)
+    print(f"{args.eval_checkpoint} (trained {checkpoint['global_step']} steps on {args.env_id}): "
+          f"eval episodic_return {returns.mean():.3f} +- {returns.mean(axis=1).std():.3f} over {len(returns)} episodes; "
+          + ", ".join(f"{a} {r:.3f}" for a, r in zip(envs.spec.agents, per_agent)))
+    if args.capture_video:
+        from torch.utils.tensorboard import SummaryWriter
+
+        run_dir = os.path.dirname(os.path.abspath(args.eval_checkpoint))
+        writer = SummaryWriter(run_dir)
+        path = os.path.join("videos", os.path.basename(run_dir), f"test_{checkpoint['global_step']}.mp4")
+        log_video(record_episode(agent, args, device, args.seed), path, writer, checkpoint["global_step"])
+        writer.close()
+        print(f"video written to {path}")
+    return returns
+
+
+def main(args: Args) -> dict:
+    check_args(args)
+    device = select_device(args.cuda)
+    seed_everything(args.seed, args.torch_deterministic)
+    if args.eval_checkpoint is not None:
+        run_evaluation_only(args, device)
+        return {}
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=run_name, save_code=True)
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items())
+    )
+
+    T, n_envs = args.episode_length, args.n_rollout_threads
+    steps_per_iteration = T * n_envs
+    num_iterations = args.total_timesteps // steps_per_iteration
+    envs = VecEnv(args.env_id, n_envs, args.n_workers, args.seed, args.n_agents, args.max_cycles)
+    eval_envs = VecEnv(args.env_id, args.n_eval_episodes, args.n_workers, args.seed + 100_000, args.n_agents,
+                       args.max_cycles)
+    spec, n_agents = envs.spec, len(envs.spec.agents)
+    if device.type == "cpu":
+        # The env workers take every core while they step. More torch threads in this process would spin-wait
+        # against them (also after an update that used them) and halve the rollout speed.
+        torch.set_num_threads(1)
+    try:
+        agent, value_norm, optimizer = build_agent(spec, args, device)
+        buffer = RolloutBuffer(T, n_envs, spec, device)
+        obs, _ = envs.reset()
+        buffer.obs[0] = torch.from_numpy(obs)
+        running_returns = np.zeros((n_envs, n_agents))
+        finished_returns = []  # per-agent returns of the episodes finished since the last log
+        best_eval, eval_return = -np.inf, float("nan")
+        global_step, start_time, next_log, next_eval = 0, time.time(), args.log_interval, 0
+        losses = {}
+
+        for iteration in range(1, num_iterations + 1):
+            if args.linear_lr_decay:
+                optimizer.param_groups[0]["lr"] = args.lr * (1.0 - (iteration - 1.0) / num_iterations)
+
+            with torch.no_grad():
+                for t in range(T):
+                    actions, logprobs = agent.act(buffer.obs[t])
+                    step = envs.step(actions.cpu().numpy())
+                    global_step += n_envs
+
+                    rewards = torch.from_numpy(step.rewards).to(device)
+                    if args.team_reward:
+                        rewards = rewards.mean(dim=1, keepdim=True).expand(-1, n_agents)
+                    buffer.actions[t], buffer.logprobs[t], buffer.rewards[t] = actions, logprobs, rewards
+                    buffer.terminated[t] = torch.from_numpy(step.terminated)
+                    buffer.truncated[t] = torch.from_numpy(step.truncated)
+                    buffer.obs[t + 1] = torch.from_numpy(step.obs)
+                    buffer.final_obs[t] = torch.from_numpy(step.final_obs)
+                    running_returns += step.rewards
+                    ended = (step.terminated | step.truncated).all(axis=1)
+                    if ended.any():
+                        finished_returns.extend(running_returns[ended])
+                        running_returns[ended] = 0.0
+
+                buffer.compute_values(agent, value_norm)
+                advantages, returns = compute_gae(buffer.rewards, buffer.values, buffer.final_values,
+                                                  buffer.terminated, buffer.truncated, args.gamma, args.gae_lambda)
+
+            losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
+            losses["explained_variance"] = explained_variance(buffer.values[:-1], returns)
+            buffer.start_next_rollout()
+
+            sps = int(global_step / (time.time() - start_time))
+            writer.add_scalar("charts/SPS", sps, global_step)
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            for name, value in losses.items():
+                writer.add_scalar(f"losses/{name}", value, global_step)
+            if finished_returns:
+                episode_returns = np.array(finished_returns)  # (n_episodes, n_agents)
+                writer.add_scalar("charts/episodic_return", episode_returns.mean(), global_step)
+                writer.add_scalar("charts/team_return", episode_returns.sum(axis=1).mean(), global_step)
+                for name, r in zip(spec.agents, episode_returns.mean(axis=0)):
+                    writer.add_scalar(f"charts/episodic_return_{name}", r, global_step)
+
+            if global_step >= next_eval or iteration == num_iterations:
+                next_eval += args.eval_interval
+                eval_return = evaluate(agent, eval_envs, device).mean()
+                writer.add_scalar("eval/episodic_return", eval_return, global_step)
+                if eval_return > best_eval:
+                    best_eval = eval_return
+                    if args.save_model:
+                        save_checkpoint(f"runs/{run_name}/best_model.pt", agent, value_norm, optimizer, args, global_step)
+                if args.capture_video:
+                    frames = record_episode(agent, args, device, args.seed + 100_000)
+                    log_video(frames, f"videos/{run_name}/eval_{global_step}.mp4", writer, global_step)
+
+            if global_step >= next_log or iteration == num_iterations:
+                next_log += args.log_interval
+                train_return = np.mean(finished_returns) if finished_returns else float("nan")
+                eta = (args.total_timesteps - global_step) / max(sps, 1)
+                print(f"step {global_step:>9,}/{num_iterations * steps_per_iteration:,} | SPS {sps:>5} | "
+                      f"episodic_return {train_return:7.2f} | eval {eval_return:7.2f} | "
+                      f"value_loss {losses['value_loss']:.4f} | entropy {losses['entropy']:.3f} | "
+                      f"ETA {format_time(eta)}")
+            finished_returns.clear()
+
+        if args.save_model:
+            path = f"runs/{run_name}/model.pt"
+            save_checkpoint(path, agent, value_norm, optimizer, args, global_step)
+            print(f"model saved to {path} (best eval {best_eval:.3f} in best_model.pt)")
+    finally:
+        envs.close()
+        eval_envs.close()
+        writer.close()
+    return {"run_name": run_name, "losses": losses, "best_eval": best_eval, "global_step": global_step}
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

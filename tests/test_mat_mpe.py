@@ -1,0 +1,311 @@
+"""Tests for mat_mpe.py: the transformer's decoding, the PPO pieces, then whole runs on a tiny budget."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch.distributions import Categorical
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import mappo_mpe  # noqa: E402
+import mat_mpe as m  # noqa: E402
+
+SCENARIOS = {
+    # env_id: (n_agents, padded obs dim, action dim, action dims per agent)
+    "simple_spread_v3": (3, 18, 5, [5, 5, 5]),
+    "simple_reference_v3": (2, 21, 50, [50, 50]),
+    "simple_speaker_listener_v4": (2, 11, 5, [3, 5]),
+}
+
+
+def random_model(env_id="simple_spread_v3", n_agents=3, seed=0, **args) -> tuple[m.MultiAgentTransformer, m.EnvSpec]:
+    """A model with large random weights, so that logits differ clearly between agents and actions."""
+    spec = m.get_env_spec(env_id, n_agents, 25)
+    torch.manual_seed(seed)
+    model = m.MultiAgentTransformer(spec, m.Args(env_id=env_id, n_agents=n_agents, **args))
+    randomize(model)
+    return model, spec
+
+
+@torch.no_grad()
+def randomize(model: torch.nn.Module):
+    """PyTorch's default Linear init (instead of the small output gains) and random LayerNorm affines."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.reset_parameters()
+        elif isinstance(module, torch.nn.LayerNorm):
+            module.weight.normal_(1.0, 0.3)
+            module.bias.normal_(0.0, 0.3)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The transformer
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_shift_actions():
+    shifted = m.shift_actions(torch.tensor([[2, 0, 4]]), action_dim=5)
+    expected = torch.zeros(1, 3, 6)
+    expected[0, 0, 0] = 1.0  # start token
+    expected[0, 1, 3] = 1.0  # agent 0 took action 2
+    expected[0, 2, 1] = 1.0  # agent 1 took action 0
+    torch.testing.assert_close(shifted, expected)
+
+
+@pytest.mark.parametrize("n_block,n_head", [(1, 1), (2, 4)])
+def test_sampled_logprobs_and_entropies_match_teacher_forcing(n_block, n_head):
+    model, _ = random_model(n_block=n_block, n_head=n_head)
+    obs = torch.randn(256, 3, 18)
+    with torch.no_grad():
+        x, avail = model.agent_inputs(obs, None)
+        actions, logprobs, logits = model.decode_autoregressive(model.encode(x)[0], avail, deterministic=False)
+        tf_logprobs, tf_entropy, _ = model.evaluate_actions(obs, actions)
+    torch.testing.assert_close(tf_logprobs, logprobs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(tf_entropy, Categorical(logits=logits).entropy(), atol=1e-5, rtol=0)
+    assert tf_entropy.std() > 0.01  # the weights are random enough for the check to mean something
+
+
+@pytest.mark.parametrize("j", [0, 1, 2, 3])
+def test_changing_an_action_changes_no_logits_of_earlier_agents(j):
+    model, spec = random_model(n_agents=5, n_block=2, n_head=2)
+    obs = torch.randn(64, 5, spec.obs_dim)
+    actions = torch.randint(0, 5, (64, 5))
+    changed = actions.clone()
+    changed[:, j] = (changed[:, j] + 1) % 5
+    with torch.no_grad():
+        obs_rep, _ = model.encode(model.agent_inputs(obs, None)[0])
+        before = model.decode(m.shift_actions(actions, 5), obs_rep)
+        after = model.decode(m.shift_actions(changed, 5), obs_rep)
+    torch.testing.assert_close(after[:, : j + 1], before[:, : j + 1], atol=0, rtol=0)
+    assert (after[:, j + 1] - before[:, j + 1]).abs().max() > 1e-3  # agent j+1 does see it
+
+
+@pytest.mark.parametrize("n_agents", [3, 8])
+@pytest.mark.parametrize("n_block,n_head", [(1, 1), (2, 2)])
+def test_cached_decoding_equals_full_re_decode(n_agents, n_block, n_head):
+    model, spec = random_model(n_agents=n_agents, n_block=n_block, n_head=n_head)
+    obs = torch.randn(128, n_agents, spec.obs_dim)
+    with torch.no_grad():
+        x, avail = model.agent_inputs(obs, None)
+        obs_rep = model.encode(x)[0]
+        results = []
+        for use_kv_cache in (True, False):
+            torch.manual_seed(7)  # the same random draws, so both paths see the same earlier actions
+            results.append(model.decode_autoregressive(obs_rep, avail, False, use_kv_cache=use_kv_cache))
+    (cached_actions, cached_logprobs, cached_logits), (full_actions, full_logprobs, full_logits) = results
+    torch.testing.assert_close(cached_logits, full_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cached_actions, full_actions, atol=0, rtol=0)
+    torch.testing.assert_close(cached_logprobs, full_logprobs, atol=1e-5, rtol=1e-5)
+    assert cached_logits.shape == (128, n_agents, 5)
+
+
+def test_masked_actions_are_never_sampled_and_deterministic_is_argmax():
+    model, _ = random_model("simple_speaker_listener_v4", 2)
+    with torch.no_grad():  # make the unavailable speaker actions the most attractive ones
+        model.action_head[-1].bias.copy_(torch.tensor([0.0, 0.0, 0.0, 50.0, 50.0]))
+        obs = torch.randn(4096, 2, 11)
+        actions, logprobs = model.act(obs)
+        x, avail = model.agent_inputs(obs, None)
+        greedy, _, logits = model.decode_autoregressive(model.encode(x)[0], avail, deterministic=True)
+        _, entropy, _ = model.evaluate_actions(obs, actions)
+    assert actions[:, 0].max() <= 2 and greedy[:, 0].max() <= 2
+    assert set(actions[:, 0].tolist()) == {0, 1, 2}
+    assert {3, 4} <= set(actions[:, 1].tolist())  # the listener does have actions 3 and 4
+    assert torch.isfinite(logprobs).all() and torch.isfinite(entropy).all()
+    torch.testing.assert_close(greedy, logits.argmax(-1), atol=0, rtol=0)
+    torch.testing.assert_close(model.act(obs, deterministic=True)[0], greedy, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("env_id", SCENARIOS)
+def test_model_shapes(env_id):
+    n_agents, obs_dim, action_dim, _ = SCENARIOS[env_id]
+    model, spec = random_model(env_id, n_agents)
+    assert (spec.obs_dim, spec.action_dim) == (obs_dim, action_dim)
+    obs = torch.randn(7, n_agents, obs_dim)
+    actions, logprobs = model.act(obs)
+    assert actions.shape == logprobs.shape == (7, n_agents) and actions.dtype == torch.long
+    logprob, entropy, values = model.evaluate_actions(obs, actions)
+    assert logprob.shape == entropy.shape == values.shape == (7, n_agents)
+    torch.testing.assert_close(model.get_value(obs), values)
+
+
+def test_encoder_follows_a_shuffled_agent_order():
+    """The encoder has no positions: the one-hot ids carry identity, so permuting agents permutes values."""
+    model, _ = random_model()
+    obs = torch.randn(32, 3, 18)
+    order = torch.rand(32, 3).argsort(dim=1)
+    rows = torch.arange(32).unsqueeze(1)
+    with torch.no_grad():
+        _, _, values = model.evaluate_actions(obs, torch.zeros(32, 3, dtype=torch.long))
+        _, _, shuffled_values = model.evaluate_actions(obs[rows, order], torch.zeros(32, 3, dtype=torch.long), order)
+        identity = model.evaluate_actions(obs, torch.ones(32, 3, dtype=torch.long), torch.arange(3).expand(32, 3))
+        default = model.evaluate_actions(obs, torch.ones(32, 3, dtype=torch.long))
+    torch.testing.assert_close(shuffled_values, values[rows, order], atol=1e-5, rtol=1e-5)
+    for a, b in zip(identity, default):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Environments, GAE, ValueNorm and the PPO update
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_id", SCENARIOS)
+def test_vec_env_shapes(env_id):
+    n_agents, obs_dim, _, action_dims = SCENARIOS[env_id]
+    envs = m.VecEnv(env_id, 3, n_workers=2, seed=0, max_cycles=2)
+    try:
+        obs, _ = envs.reset()
+        assert obs.shape == (3, n_agents, obs_dim)
+        for _ in range(2):
+            step = envs.step(np.zeros((3, n_agents), dtype=np.int64))
+        assert step.truncated.all() and step.final_obs.shape == (3, n_agents, obs_dim)
+    finally:
+        envs.close()
+    np.testing.assert_array_equal(envs.spec.avail_actions.sum(axis=1), action_dims)
+
+
+def test_gae_and_value_norm_are_those_of_mappo():
+    torch.manual_seed(0)
+    T, n_envs, n_agents = 6, 4, 3
+    rewards, values, final_values = torch.randn(T, n_envs, n_agents), torch.randn(T + 1, n_envs, n_agents), torch.randn(T, n_envs, n_agents)
+    terminated, truncated = torch.rand(T, n_envs, n_agents) < 0.2, torch.rand(T, n_envs, n_agents) < 0.2
+    ours = m.compute_gae(rewards, values, final_values, terminated, truncated, 0.99, 0.95)
+    theirs = mappo_mpe.compute_gae(rewards, values, final_values, terminated, truncated, 0.99, 0.95)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+    norm, reference = m.ValueNorm(), mappo_mpe.ValueNorm()
+    for x in (torch.randn(50) * 10 - 20, torch.randn(50) * 3):
+        norm.update(x)
+        reference.update(x)
+    x = torch.randn(20)
+    torch.testing.assert_close(norm.normalize(x), reference.normalize(x), atol=0, rtol=0)
+    torch.testing.assert_close(norm.denormalize(norm.normalize(x)), x)
+
+
+@pytest.mark.parametrize("shuffle_agents", [False, True])
+def test_first_ppo_epoch_starts_on_policy(shuffle_agents):
+    """Before any update the new policy is the old one: ratio 1, clipfrac 0 (without shuffling).
+
+    With shuffled agent orders the teacher-forced pass conditions on other agents than the rollout did, so
+    the ratio moves away from 1 even without an update."""
+    torch.manual_seed(0)
+    spec = m.get_env_spec("simple_spread_v3", 3, 25)
+    args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0, shuffle_agents=shuffle_agents)
+    agent, value_norm, optimizer = m.build_agent(spec, args, torch.device("cpu"))
+    randomize(agent)
+    buffer = m.RolloutBuffer(5, 2, spec, torch.device("cpu"))
+    buffer.obs.normal_()
+    with torch.no_grad():
+        for t in range(5):
+            buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t])
+    stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(5, 2, 3), torch.randn(5, 2, 3), args)
+    if shuffle_agents:
+        assert stats["approx_kl"] > 1e-4
+    else:
+        assert stats["ratio"] == pytest.approx(1.0, abs=1e-6)
+        assert stats["clipfrac"] == 0.0 and stats["approx_kl"] == pytest.approx(0.0, abs=1e-7)
+    assert set(stats) == {"policy_loss", "value_loss", "entropy", "grad_norm", "approx_kl", "clipfrac", "ratio"}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Checkpoints and argument checks
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
+    spec = m.get_env_spec("simple_speaker_listener_v4", 3, 25)
+    args = m.Args(env_id="simple_speaker_listener_v4", n_block=2, n_head=2)
+    torch.manual_seed(1)
+    agent, value_norm, optimizer = m.build_agent(spec, args, torch.device("cpu"))
+    value_norm.update(torch.tensor([-3.0, -5.0]))
+    path = str(tmp_path / "model.pt")
+    m.save_checkpoint(path, agent, value_norm, optimizer, args, global_step=123)
+
+    torch.manual_seed(2)  # different initial weights, overwritten by the checkpoint
+    checkpoint = m.load_checkpoint(path, torch.device("cpu"))
+    restored, restored_norm, restored_opt = m.build_agent(spec, m.Args(**checkpoint["args"]), torch.device("cpu"))
+    m.restore(checkpoint, restored, restored_norm, restored_opt, path)
+    obs = torch.randn(64, 2, 11)
+    torch.testing.assert_close(restored.act(obs, deterministic=True)[0], agent.act(obs, deterministic=True)[0])
+    torch.testing.assert_close(restored.evaluate_actions(obs, torch.zeros(64, 2, dtype=torch.long)),
+                               agent.evaluate_actions(obs, torch.zeros(64, 2, dtype=torch.long)))
+    torch.testing.assert_close(restored_norm.mean_var()[0], value_norm.mean_var()[0])
+    assert checkpoint["global_step"] == 123 and checkpoint["args"]["n_block"] == 2
+
+    other, other_norm, other_opt = m.build_agent(spec, m.Args(n_embd=32), torch.device("cpu"))
+    with pytest.raises(SystemExit, match="does not fit this model"):
+        m.restore(checkpoint, other, other_norm, other_opt, path)
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (dict(num_mini_batch=3), "does not divide the rollout of 100 env steps"),
+        (dict(n_head=3), "--n-head 3 does not divide --n-embd 64"),
+        (dict(n_block=0), "--n-block and --n-embd must be at least 1"),
+    ],
+)
+def test_impossible_settings_are_rejected(overrides, message):
+    args = m.Args(total_timesteps=200, n_rollout_threads=4, **overrides)
+    with pytest.raises(SystemExit, match=message):
+        m.check_args(args)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The script end to end
+# ----------------------------------------------------------------------------------------------------
+
+
+def run_script(cwd, *flags, check=True) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, os.path.join(ROOT, "mat_mpe.py"), *flags]
+    env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
+    result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+TINY = ["--total-timesteps", "200", "--n-rollout-threads", "4", "--n-eval-episodes", "2", "--eval-interval", "100",
+        "--log-interval", "100", "--ppo-epoch", "2"]
+
+
+@pytest.mark.parametrize("env_id", SCENARIOS)
+def test_script_end_to_end(tmp_path, env_id):
+    flags = ["--env-id", env_id, *TINY]
+    if env_id == "simple_speaker_listener_v4":
+        flags += ["--shuffle-agents"]
+    result = run_script(tmp_path, *flags)
+    assert "step       200/200" in result.stdout
+    runs = os.listdir(tmp_path / "runs")
+    assert len(runs) == 1 and runs[0].startswith(f"{env_id}__mat_mpe__1__")
+
+
+def test_save_model_then_test_mode_with_video(tmp_path):
+    run_script(tmp_path, *TINY, "--save-model", "--n-agents", "4")
+    (run_name,) = os.listdir(tmp_path / "runs")
+    run_dir = tmp_path / "runs" / run_name
+    assert {"model.pt", "best_model.pt"} <= set(os.listdir(run_dir))
+    result = run_script(tmp_path, "--eval-checkpoint", str(run_dir / "model.pt"), "--n-eval-episodes", "3",
+                        "--capture-video")
+    assert "trained 200 steps on simple_spread_v3" in result.stdout and "over 3 episodes" in result.stdout
+    assert result.stdout.count("agent_") == 4  # the saved n_agents is used, not the default 3
+    (video,) = os.listdir(tmp_path / "videos" / run_name)
+    assert video == "test_200.mp4" and os.path.getsize(tmp_path / "videos" / run_name / video) > 1000
+
+
+def test_script_reports_bad_input_in_one_line(tmp_path):
+    (tmp_path / "bad.pt").write_bytes(b"garbage")
+    for flags, message in [
+        (["--n-head", "5", *TINY], "does not divide --n-embd"),
+        (["--eval-checkpoint", str(tmp_path / "bad.pt")], "cannot read checkpoint"),
+    ]:
+        result = run_script(tmp_path, *flags, check=False)
+        assert result.returncode == 1
+        assert result.stderr.strip().startswith("error:") and message in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
