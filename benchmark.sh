@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # Learning curves and speed of the scripts, as reported in the README. Slow: run it by hand, not in CI.
-#   bash benchmark.sh speed      # SPS with 32 rollout threads next to the raw env step rate (~2 min)
-#   bash benchmark.sh spread     # simple_spread_v3 to 2M env steps with the defaults
-#   bash benchmark.sh listener   # simple_speaker_listener_v4, 2M steps (official: separate actors, 15 epochs)
-#   bash benchmark.sh reference  # simple_reference_v3, 3M steps (official: 15 epochs)
-# Runs go to bench/runs (TensorBoard) and bench/*.log; every run ends with a table of its returns.
+#   bash benchmark.sh ALGO speed      # SPS with 32 rollout threads next to the raw env step rate (~3 min)
+#   bash benchmark.sh ALGO spread     # simple_spread_v3 to 2M env steps with the defaults
+#   bash benchmark.sh ALGO listener   # simple_speaker_listener_v4, 2M steps, 15 epochs (MAPPO: separate actors)
+#   bash benchmark.sh ALGO reference  # simple_reference_v3, 3M steps, 15 epochs
+#   bash benchmark.sh mat acting      # MAT acting time per step, KV cache vs full re-decode, N = 3, 6, 12
+# ALGO is mappo (mappo_mpe.py) or mat (mat_mpe.py). Runs go to bench/runs (TensorBoard) and
+# bench/ALGO_*.log; every run ends with a table of its returns.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 mkdir -p "$here/bench"
 cd "$here/bench"
 export SDL_VIDEODRIVER=dummy
 seed="${SEED:-1}"
+algo="${1:-}"
+case "$algo" in
+  mappo|mat) script="../${algo}_mpe.py" ;;
+  *) echo "usage: bash benchmark.sh mappo|mat speed|spread|listener|reference, or bash benchmark.sh mat acting"; exit 2 ;;
+esac
 
 raw_env_rate() {  # single-process random-action env steps per second, as REFERENCE.md measures it
   python - "$1" <<'PY'
@@ -51,23 +58,58 @@ PY
 }
 
 train() {  # name, flags...
-  local name="$1"; shift
-  python ../mappo_mpe.py --exp-name "$name" --seed "$seed" "$@" 2>&1 | tee "$name.log"
-  curve "$name" | tee -a "$name.log"
+  local name="${algo}_$1"; shift
+  python "$script" --exp-name "$name" --seed "$seed" "$@" 2>&1 | tee "$name.log"
+  curve "__${name}__" | tee -a "$name.log"
 }
 
-case "${1:-}" in
+acting_time() {  # milliseconds per acting call for 32 envs of simple_spread_v3 with N agents
+  python - <<'PY'
+import sys, time
+import torch
+sys.path.insert(0, "..")
+import mat_mpe as m
+torch.set_num_threads(1)  # as in training, where the env workers take the cores
+print("| agents | KV cache (ms per step) | full re-decode (ms per step) | speed-up |")
+print("|---|---|---|---|")
+for n_agents in (3, 6, 12):
+    spec = m.get_env_spec("simple_spread_v3", n_agents, 25)
+    model = m.MultiAgentTransformer(spec, m.Args(n_agents=n_agents))
+    obs = torch.randn(32, n_agents, spec.obs_dim)
+    times = {}
+    with torch.no_grad():
+        for use_kv_cache in (True, False):
+            def act():
+                x, avail = model.agent_inputs(obs, None)
+                model.decode_autoregressive(model.encode(x)[0], avail, False, use_kv_cache)
+            for _ in range(20):
+                act()
+            start, calls = time.perf_counter(), 0
+            while time.perf_counter() - start < 3.0:
+                act()
+                calls += 1
+            times[use_kv_cache] = 1000 * (time.perf_counter() - start) / calls
+    print(f"| {n_agents} | {times[True]:.2f} | {times[False]:.2f} | {times[False] / times[True]:.2f}x |")
+PY
+}
+
+listener_flags=(--env-id simple_speaker_listener_v4 --ppo-epoch 15)
+if [ "$algo" = mappo ]; then listener_flags+=(--separate-actors); fi
+
+case "${2:-}" in
   speed)
+    log="${algo}_speed.log"
     before=$(raw_env_rate simple_spread_v3)
-    python ../mappo_mpe.py --exp-name speed --n-rollout-threads 32 --total-timesteps 300000 --eval-interval 1000000 \
-      2>&1 | tee speed.log
+    python "$script" --exp-name "${algo}_speed" --n-rollout-threads 32 --total-timesteps 300000 --eval-interval 1000000 \
+      2>&1 | tee "$log"
     after=$(raw_env_rate simple_spread_v3)
-    sps=$(grep -o 'SPS *[0-9]*' speed.log | tail -1 | grep -o '[0-9]*')
+    sps=$(grep -o 'SPS *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*')
     python -c "r = ($before + $after) / 2; print(f'raw env rate {r:.0f} steps/s (before {$before}, after {$after}); end-to-end SPS $sps; ratio {$sps / r:.2f}')" \
-      | tee -a speed.log
+      | tee -a "$log"
     ;;
   spread) train spread ;;
-  listener) train listener --env-id simple_speaker_listener_v4 --separate-actors --ppo-epoch 15 ;;
+  listener) train listener "${listener_flags[@]}" ;;
   reference) train reference --env-id simple_reference_v3 --ppo-epoch 15 --total-timesteps 3000000 ;;
-  *) echo "usage: bash benchmark.sh speed|spread|listener|reference"; exit 2 ;;
+  acting) [ "$algo" = mat ] && acting_time | tee mat_acting.log ;;
+  *) echo "usage: bash benchmark.sh mappo|mat speed|spread|listener|reference, or bash benchmark.sh mat acting"; exit 2 ;;
 esac

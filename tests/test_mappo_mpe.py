@@ -2,7 +2,6 @@
 
 import dataclasses
 import os
-import subprocess
 import sys
 import time
 
@@ -12,8 +11,10 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+SCRIPT = "mappo_mpe.py"  # run end to end by the run_script fixture (conftest.py)
 
 import mappo_mpe as m  # noqa: E402
+from conftest import TINY  # noqa: E402
 
 SCENARIOS = {
     # env_id: (agents, obs dims, action dims, state dim)
@@ -341,21 +342,8 @@ def test_same_seed_gives_identical_first_update(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------------------------------
 
 
-def run_script(cwd, *flags, check=True) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, os.path.join(ROOT, "mappo_mpe.py"), *flags]
-    env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
-    result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
-    if check:
-        assert result.returncode == 0, result.stderr[-3000:]
-    return result
-
-
-TINY = ["--total-timesteps", "200", "--n-rollout-threads", "4", "--n-eval-episodes", "2", "--eval-interval", "100",
-        "--log-interval", "100", "--ppo-epoch", "2"]
-
-
 @pytest.mark.parametrize("env_id", SCENARIOS)
-def test_script_end_to_end(tmp_path, env_id):
+def test_script_end_to_end(tmp_path, run_script, env_id):
     flags = ["--env-id", env_id, *TINY]
     if env_id == "simple_speaker_listener_v4":
         flags += ["--separate-actors", "--state-type", "AS"]
@@ -366,7 +354,7 @@ def test_script_end_to_end(tmp_path, env_id):
     assert any(f.startswith("events.out.tfevents") for f in os.listdir(tmp_path / "runs" / runs[0]))
 
 
-def test_save_model_then_test_mode_with_video(tmp_path):
+def test_save_model_then_test_mode_with_video(tmp_path, run_script):
     run_script(tmp_path, *TINY, "--save-model", "--state-type", "FP", "--no-team-reward")
     (run_name,) = os.listdir(tmp_path / "runs")
     run_dir = tmp_path / "runs" / run_name
@@ -378,7 +366,7 @@ def test_save_model_then_test_mode_with_video(tmp_path):
     assert video == "test_200.mp4" and os.path.getsize(tmp_path / "videos" / run_name / video) > 1000
 
 
-def test_script_reports_bad_input_in_one_line(tmp_path):
+def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
     (tmp_path / "bad.pt").write_bytes(b"garbage")
     for flags, message in [
         (["--num-mini-batch", "7", *TINY], "does not divide"),

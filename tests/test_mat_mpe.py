@@ -1,7 +1,6 @@
 """Tests for mat_mpe.py: the transformer's decoding, the PPO pieces, then whole runs on a tiny budget."""
 
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -11,9 +10,11 @@ from torch.distributions import Categorical
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+SCRIPT = "mat_mpe.py"  # run end to end by the run_script fixture (conftest.py)
 
 import mappo_mpe  # noqa: E402
 import mat_mpe as m  # noqa: E402
+from conftest import TINY  # noqa: E402
 
 SCENARIOS = {
     # env_id: (n_agents, padded obs dim, action dim, action dims per agent)
@@ -262,21 +263,8 @@ def test_impossible_settings_are_rejected(overrides, message):
 # ----------------------------------------------------------------------------------------------------
 
 
-def run_script(cwd, *flags, check=True) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, os.path.join(ROOT, "mat_mpe.py"), *flags]
-    env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
-    result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
-    if check:
-        assert result.returncode == 0, result.stderr[-3000:]
-    return result
-
-
-TINY = ["--total-timesteps", "200", "--n-rollout-threads", "4", "--n-eval-episodes", "2", "--eval-interval", "100",
-        "--log-interval", "100", "--ppo-epoch", "2"]
-
-
 @pytest.mark.parametrize("env_id", SCENARIOS)
-def test_script_end_to_end(tmp_path, env_id):
+def test_script_end_to_end(tmp_path, run_script, env_id):
     flags = ["--env-id", env_id, *TINY]
     if env_id == "simple_speaker_listener_v4":
         flags += ["--shuffle-agents"]
@@ -286,7 +274,7 @@ def test_script_end_to_end(tmp_path, env_id):
     assert len(runs) == 1 and runs[0].startswith(f"{env_id}__mat_mpe__1__")
 
 
-def test_save_model_then_test_mode_with_video(tmp_path):
+def test_save_model_then_test_mode_with_video(tmp_path, run_script):
     run_script(tmp_path, *TINY, "--save-model", "--n-agents", "4")
     (run_name,) = os.listdir(tmp_path / "runs")
     run_dir = tmp_path / "runs" / run_name
@@ -299,7 +287,7 @@ def test_save_model_then_test_mode_with_video(tmp_path):
     assert video == "test_200.mp4" and os.path.getsize(tmp_path / "videos" / run_name / video) > 1000
 
 
-def test_script_reports_bad_input_in_one_line(tmp_path):
+def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
     (tmp_path / "bad.pt").write_bytes(b"garbage")
     for flags, message in [
         (["--n-head", "5", *TINY], "does not divide --n-embd"),
