@@ -5,6 +5,7 @@
 #   bash benchmark.sh ALGO listener   # simple_speaker_listener_v4, 2M steps, 15 epochs (MAPPO: separate actors)
 #   bash benchmark.sh ALGO reference  # simple_reference_v3, 3M steps, 15 epochs
 #   bash benchmark.sh mat acting      # MAT acting time per step, KV cache vs full re-decode, N = 3, 6, 12
+#   bash benchmark.sh ALGO official-task  # spread, 500k steps, on the task of the official codes' MPE copy
 # ALGO is mappo (mappo_mpe.py) or mat (mat_mpe.py). Runs go to bench/runs (TensorBoard) and
 # bench/ALGO_*.log; every run ends with a table of its returns.
 set -euo pipefail
@@ -16,7 +17,7 @@ seed="${SEED:-1}"
 algo="${1:-}"
 case "$algo" in
   mappo|mat) script="../${algo}_mpe.py" ;;
-  *) echo "usage: bash benchmark.sh mappo|mat speed|spread|listener|reference, or bash benchmark.sh mat acting"; exit 2 ;;
+  *) echo "usage: bash benchmark.sh mappo|mat speed|spread|listener|reference|official-task, or bash benchmark.sh mat acting"; exit 2 ;;
 esac
 
 raw_env_rate() {  # single-process random-action env steps per second, as REFERENCE.md measures it
@@ -93,6 +94,38 @@ for n_agents in (3, 6, 12):
 PY
 }
 
+official_task() {  # runs the script on simple_spread_v3 changed into the official codes' MPE task
+  python - "$script" --exp-name "${algo}_official_task" --seed "$seed" --total-timesteps 500000 "$@" <<'PY'
+import runpy, sys
+from mpe2._mpe_utils import core
+from mpe2.simple_spread import simple_spread
+
+# 1. The official copy starts landmarks in 0.8 x U(-1, 1); mpe2 in U(-1, 1).
+reset_world = simple_spread.Scenario.reset_world
+def reset_world_official(self, world, np_random):
+    reset_world(self, world, np_random)
+    for landmark in world.landmarks:
+        landmark.state.p_pos = 0.8 * np_random.uniform(-1, +1, world.dim_p)
+simple_spread.Scenario.reset_world = reset_world_official
+
+# 2. The official copy damps and accelerates first, then moves with the new velocity; mpe2 moves with the
+# old velocity first, so an action changes an agent's position one step later than in the official task.
+def integrate_state_official(self, p_force):
+    for i, entity in enumerate(self.entities):
+        if not entity.movable:
+            continue
+        entity.state.p_vel = entity.state.p_vel * (1 - self.damping)
+        if p_force[i] is not None:
+            entity.state.p_vel += (p_force[i] / entity.mass) * self.dt
+        entity.state.p_pos += entity.state.p_vel * self.dt  # spread agents have no max_speed
+core.World.integrate_state = integrate_state_official
+
+script = sys.argv.pop(1)
+sys.argv[0] = script
+runpy.run_path(script, run_name="__main__")
+PY
+}
+
 listener_flags=(--env-id simple_speaker_listener_v4 --ppo-epoch 15)
 if [ "$algo" = mappo ]; then listener_flags+=(--separate-actors); fi
 
@@ -110,6 +143,10 @@ case "${2:-}" in
   spread) train spread ;;
   listener) train listener "${listener_flags[@]}" ;;
   reference) train reference --env-id simple_reference_v3 --ppo-epoch 15 --total-timesteps 3000000 ;;
+  official-task)
+    official_task 2>&1 | tee "${algo}_official_task.log"
+    curve "__${algo}_official_task__" | tee -a "${algo}_official_task.log"
+    ;;
   acting) [ "$algo" = mat ] && acting_time | tee mat_acting.log ;;
-  *) echo "usage: bash benchmark.sh mappo|mat speed|spread|listener|reference, or bash benchmark.sh mat acting"; exit 2 ;;
+  *) echo "usage: bash benchmark.sh mappo|mat speed|spread|listener|reference|official-task, or bash benchmark.sh mat acting"; exit 2 ;;
 esac
