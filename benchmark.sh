@@ -20,12 +20,16 @@ case "$algo" in
   *) echo "usage: bash benchmark.sh mappo|mat speed|spread|listener|reference|official-task, or bash benchmark.sh mat acting"; exit 2 ;;
 esac
 
-raw_env_rate() {  # single-process random-action env steps per second, as REFERENCE.md measures it
-  python - "$1" <<'PY'
-import sys, time
+raw_env_rate() {  # single-process random-action env steps per second of mpe2's parallel_env, as REFERENCE.md
+  # measures it; with "fast", of the scripts' make_env (the same env without PettingZoo's checking wrappers)
+  python - "$1" "${2:-}" <<'PY'
+import importlib, sys, time
 sys.path.insert(0, "..")
 from mappo_mpe import make_env
-env = make_env(sys.argv[1], 3, 25)
+if sys.argv[2] == "fast":
+    env = make_env(sys.argv[1], 3, 25)
+else:
+    env = importlib.import_module(f"mpe2.{sys.argv[1]}").parallel_env(max_cycles=25)
 env.reset(seed=0)
 steps, start = 0, time.perf_counter()
 while time.perf_counter() - start < 10.0:
@@ -136,8 +140,9 @@ case "${2:-}" in
     python "$script" --exp-name "${algo}_speed" --n-rollout-threads 32 --total-timesteps 300000 --eval-interval 1000000 \
       2>&1 | tee "$log"
     after=$(raw_env_rate simple_spread_v3)
+    fast=$(raw_env_rate simple_spread_v3 fast)
     sps=$(grep -o 'SPS *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*')
-    python -c "r = ($before + $after) / 2; print(f'raw env rate {r:.0f} steps/s (before {$before}, after {$after}); end-to-end SPS $sps; ratio {$sps / r:.2f}')" \
+    python -c "r = ($before + $after) / 2; print(f'raw env rate {r:.0f} steps/s (before {$before}, after {$after}); end-to-end SPS $sps; ratio {$sps / r:.2f}; raw rate without the PettingZoo wrappers {$fast} (ratio to it {$sps / $fast:.2f})')" \
       | tee -a "$log"
     ;;
   spread) train spread ;;

@@ -1,6 +1,7 @@
 """Tests for mappo_mpe.py: pieces imported from the script, then whole runs of it on a tiny budget."""
 
 import dataclasses
+import importlib
 import os
 import sys
 import time
@@ -43,6 +44,27 @@ def test_env_spec(env_id):
     assert spec.obs_dim == max(obs_dims) and spec.action_dim == max(action_dims) and spec.state_dim == state_dim
     expected_mask = np.array([[a < n for a in range(max(action_dims))] for n in action_dims])
     np.testing.assert_array_equal(spec.avail_actions, expected_mask)
+
+
+@pytest.mark.parametrize("env_id", SCENARIOS)
+def test_make_env_steps_exactly_like_mpe2_parallel_env(env_id):
+    """make_env skips PettingZoo's checking wrappers; the trajectories must stay those of mpe2's own env."""
+    ours = m.make_env(env_id, 3, 25)
+    theirs = importlib.import_module(f"mpe2.{env_id}").parallel_env(max_cycles=25)
+    obs, _ = ours.reset(seed=4)
+    expected_obs, _ = theirs.reset(seed=4)
+    rng = np.random.default_rng(0)
+    for _ in range(30):  # past the truncation at 25, into a reset
+        if not theirs.agents:
+            obs, _ = ours.reset()
+            expected_obs, _ = theirs.reset()
+        actions = {a: int(rng.integers(theirs.action_space(a).n)) for a in theirs.agents}
+        obs, rewards, terminated, truncated, _ = ours.step(actions)
+        expected_obs, expected_rewards, expected_terminated, expected_truncated, _ = theirs.step(actions)
+        for a in expected_obs:
+            np.testing.assert_array_equal(obs[a], expected_obs[a])
+        assert (rewards, terminated, truncated) == (expected_rewards, expected_terminated, expected_truncated)
+        np.testing.assert_array_equal(ours.state(), theirs.state())
 
 
 @pytest.mark.parametrize("env_id", SCENARIOS)
@@ -105,7 +127,8 @@ def test_dead_worker_raises_quickly():
 def test_worker_error_is_reported():
     envs = m.VecEnv("simple_spread_v3", 2, n_workers=1, seed=0)
     envs.reset()
-    with pytest.raises(RuntimeError, match="env worker 0 failed"):
+    message = "env worker 0 failed: ValueError: action 99 is not one of the 5 actions of agent_0"
+    with pytest.raises(RuntimeError, match=message):
         envs.step(np.full((2, 3), 99, dtype=np.int64))  # not an action of Discrete(5)
     assert not any(p.is_alive() for p in envs.processes)
 

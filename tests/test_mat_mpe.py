@@ -174,7 +174,8 @@ def test_vec_env_shapes(env_id):
 def test_gae_and_value_norm_are_those_of_mappo():
     torch.manual_seed(0)
     T, n_envs, n_agents = 6, 4, 3
-    rewards, values, final_values = torch.randn(T, n_envs, n_agents), torch.randn(T + 1, n_envs, n_agents), torch.randn(T, n_envs, n_agents)
+    rewards, final_values = torch.randn(T, n_envs, n_agents), torch.randn(T, n_envs, n_agents)
+    values = torch.randn(T + 1, n_envs, n_agents)
     terminated, truncated = torch.rand(T, n_envs, n_agents) < 0.2, torch.rand(T, n_envs, n_agents) < 0.2
     ours = m.compute_gae(rewards, values, final_values, terminated, truncated, 0.99, 0.95)
     theirs = mappo_mpe.compute_gae(rewards, values, final_values, terminated, truncated, 0.99, 0.95)
