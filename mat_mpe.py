@@ -308,6 +308,7 @@ class VecEnv:
 # Networks
 # ----------------------------------------------------------------------------------------------------
 
+
 def layer_init(layer: nn.Linear, gain: float = np.sqrt(2)) -> nn.Linear:
     nn.init.orthogonal_(layer.weight, gain)
     if layer.bias is not None:
@@ -316,6 +317,7 @@ def layer_init(layer: nn.Linear, gain: float = np.sqrt(2)) -> nn.Linear:
 
 
 def mlp(n_embd: int) -> nn.Sequential:
+    """The feed-forward part of a block; like every output layer here it starts small (gain 0.01)."""
     return nn.Sequential(layer_init(nn.Linear(n_embd, n_embd)), nn.GELU(), layer_init(nn.Linear(n_embd, n_embd), 0.01))
 
 
