@@ -331,8 +331,9 @@ def head(n_embd: int, out_dim: int) -> nn.Sequential:
 class Attention(nn.Module):
     """Multi-head attention over the agent sequence; if `causal`, agent i attends to agents 0..i only.
 
-    With a `cache` (a dict owned by this layer for one decoding), the keys and values of earlier positions
-    are kept, so a call with just the newest position costs one position's work.
+    Called either with the whole sequence or, with a `cache` (a dict owned by this layer for one
+    decoding), with one new position at a time: the cache keeps the keys and values of earlier positions,
+    so each call costs one position's work, and the newest position may see every cached key.
     """
 
     def __init__(self, n_embd: int, n_head: int, causal: bool):
@@ -349,11 +350,8 @@ class Attention(nn.Module):
             if cache:
                 k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
             cache["k"], cache["v"] = k, v
-        n_keys = k.shape[2]
-        mask = None
-        if self.causal:  # the queries are the last n_queries positions of the n_keys seen so far
-            mask = torch.ones(n_queries, n_keys, dtype=torch.bool, device=q.device).tril(n_keys - n_queries)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, n_head, n_queries, head_dim)
+        causal = self.causal and n_queries > 1  # a single newest query sees all positions up to its own
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # (B, n_head, n_queries, head_dim)
         return self.proj(y.transpose(1, 2).reshape(B, n_queries, n_embd))
 
 

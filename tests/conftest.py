@@ -1,4 +1,4 @@
-"""What the test files share: running a script end to end on a tiny budget."""
+"""What the test files share: running a script end to end on a tiny budget, and checking its output."""
 
 import os
 import subprocess
@@ -26,3 +26,25 @@ def run_script(request):
         return result
 
     return run
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, message: str):
+    """The script failed with exit code 1 and a single `error: ...` line that contains `message`."""
+    assert result.returncode == 1
+    assert result.stderr.strip().startswith("error:") and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def save_then_test_mode(run_script, cwd, *train_flags) -> tuple[str, subprocess.CompletedProcess]:
+    """Trains with --save-model, then evaluates model.pt in test mode with a video; returns the run name
+    and the test-mode result, after checking both checkpoints and the video were written."""
+    run_script(cwd, *TINY, "--save-model", *train_flags)
+    (run_name,) = os.listdir(cwd / "runs")
+    run_dir = cwd / "runs" / run_name
+    assert {"model.pt", "best_model.pt"} <= set(os.listdir(run_dir))
+    result = run_script(cwd, "--eval-checkpoint", str(run_dir / "model.pt"), "--n-eval-episodes", "3",
+                        "--capture-video")
+    assert "trained 200 steps on simple_spread_v3" in result.stdout and "over 3 episodes" in result.stdout
+    (video,) = os.listdir(cwd / "videos" / run_name)
+    assert video == "test_200.mp4" and os.path.getsize(cwd / "videos" / run_name / video) > 1000
+    return run_name, result

@@ -15,7 +15,7 @@ sys.path.insert(0, ROOT)
 SCRIPT = "mappo_mpe.py"  # run end to end by the run_script fixture (conftest.py)
 
 import mappo_mpe as m  # noqa: E402
-from conftest import TINY  # noqa: E402
+from conftest import TINY, assert_one_line_error, save_then_test_mode  # noqa: E402
 
 SCENARIOS = {
     # env_id: (agents, obs dims, action dims, state dim)
@@ -378,15 +378,7 @@ def test_script_end_to_end(tmp_path, run_script, env_id):
 
 
 def test_save_model_then_test_mode_with_video(tmp_path, run_script):
-    run_script(tmp_path, *TINY, "--save-model", "--state-type", "FP", "--no-team-reward")
-    (run_name,) = os.listdir(tmp_path / "runs")
-    run_dir = tmp_path / "runs" / run_name
-    assert {"model.pt", "best_model.pt"} <= set(os.listdir(run_dir))
-    result = run_script(tmp_path, "--eval-checkpoint", str(run_dir / "model.pt"), "--n-eval-episodes", "3",
-                        "--capture-video")
-    assert "trained 200 steps on simple_spread_v3" in result.stdout and "over 3 episodes" in result.stdout
-    (video,) = os.listdir(tmp_path / "videos" / run_name)
-    assert video == "test_200.mp4" and os.path.getsize(tmp_path / "videos" / run_name / video) > 1000
+    save_then_test_mode(run_script, tmp_path, "--state-type", "FP", "--no-team-reward")
 
 
 def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
@@ -395,10 +387,7 @@ def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
         (["--num-mini-batch", "7", *TINY], "does not divide"),
         (["--eval-checkpoint", str(tmp_path / "bad.pt")], "cannot read checkpoint"),
     ]:
-        result = run_script(tmp_path, *flags, check=False)
-        assert result.returncode == 1
-        assert result.stderr.strip().startswith("error:") and message in result.stderr
-        assert len(result.stderr.strip().splitlines()) == 1
+        assert_one_line_error(run_script(tmp_path, *flags, check=False), message)
     result = run_script(tmp_path, "--env-id", "simple_tag_v3", check=False)
     assert result.returncode == 2 and "simple_tag_v3" in result.stderr and "Traceback" not in result.stderr
 

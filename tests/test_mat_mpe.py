@@ -14,7 +14,7 @@ SCRIPT = "mat_mpe.py"  # run end to end by the run_script fixture (conftest.py)
 
 import mappo_mpe  # noqa: E402
 import mat_mpe as m  # noqa: E402
-from conftest import TINY  # noqa: E402
+from conftest import TINY, assert_one_line_error, save_then_test_mode  # noqa: E402
 
 SCENARIOS = {
     # env_id: (n_agents, padded obs dim, action dim, action dims per agent)
@@ -276,16 +276,8 @@ def test_script_end_to_end(tmp_path, run_script, env_id):
 
 
 def test_save_model_then_test_mode_with_video(tmp_path, run_script):
-    run_script(tmp_path, *TINY, "--save-model", "--n-agents", "4")
-    (run_name,) = os.listdir(tmp_path / "runs")
-    run_dir = tmp_path / "runs" / run_name
-    assert {"model.pt", "best_model.pt"} <= set(os.listdir(run_dir))
-    result = run_script(tmp_path, "--eval-checkpoint", str(run_dir / "model.pt"), "--n-eval-episodes", "3",
-                        "--capture-video")
-    assert "trained 200 steps on simple_spread_v3" in result.stdout and "over 3 episodes" in result.stdout
+    _, result = save_then_test_mode(run_script, tmp_path, "--n-agents", "4")
     assert result.stdout.count("agent_") == 4  # the saved n_agents is used, not the default 3
-    (video,) = os.listdir(tmp_path / "videos" / run_name)
-    assert video == "test_200.mp4" and os.path.getsize(tmp_path / "videos" / run_name / video) > 1000
 
 
 def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
@@ -294,7 +286,4 @@ def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
         (["--n-head", "5", *TINY], "does not divide --n-embd"),
         (["--eval-checkpoint", str(tmp_path / "bad.pt")], "cannot read checkpoint"),
     ]:
-        result = run_script(tmp_path, *flags, check=False)
-        assert result.returncode == 1
-        assert result.stderr.strip().startswith("error:") and message in result.stderr
-        assert len(result.stderr.strip().splitlines()) == 1
+        assert_one_line_error(run_script(tmp_path, *flags, check=False), message)
