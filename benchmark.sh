@@ -131,7 +131,11 @@ PY
 }
 
 listener_flags=(--env-id simple_speaker_listener_v4 --ppo-epoch 15)
-if [ "$algo" = mappo ]; then listener_flags+=(--separate-actors); fi
+reference_flags=(--env-id simple_reference_v3 --ppo-epoch 15 --total-timesteps 3000000)
+if [ "$algo" = mappo ]; then  # as the official MAPPO runs these two: relu (its spread runs use tanh, our default)
+  listener_flags+=(--separate-actors --activation relu)
+  reference_flags+=(--activation relu)
+fi
 
 case "${2:-}" in
   speed)
@@ -147,7 +151,7 @@ case "${2:-}" in
     ;;
   spread) train spread ;;
   listener) train listener "${listener_flags[@]}" ;;
-  reference) train reference --env-id simple_reference_v3 --ppo-epoch 15 --total-timesteps 3000000 ;;
+  reference) train reference "${reference_flags[@]}" ;;
   official-task)
     official_task 2>&1 | tee "${algo}_official_task.log"
     curve "__${algo}_official_task__" | tee -a "${algo}_official_task.log"

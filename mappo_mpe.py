@@ -89,6 +89,8 @@ class Args:
     """gradient norm clip, applied to the actor and the critic separately"""
     hidden_size: int = 64
     """width of the two hidden layers of the actor and the critic"""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """hidden-layer activation; the official spread runs use tanh, its reference and speaker-listener runs relu"""
     use_valuenorm: bool = True
     """if toggled, the critic learns returns normalized by running statistics (ValueNorm)"""
     huber_delta: float = 10.0
@@ -311,11 +313,14 @@ def layer_init(layer: nn.Linear, gain: float = np.sqrt(2)) -> nn.Linear:
     return layer
 
 
-def mlp(in_dim: int, hidden: int, out_dim: int, out_gain: float, feature_norm: bool) -> nn.Sequential:
-    """The official MAPPO MLP: [LayerNorm] -> 2 x (Linear, ReLU, LayerNorm) -> Linear."""
-    layers = [nn.LayerNorm(in_dim)] if feature_norm else []
-    layers += [layer_init(nn.Linear(in_dim, hidden)), nn.ReLU(), nn.LayerNorm(hidden)]
-    layers += [layer_init(nn.Linear(hidden, hidden)), nn.ReLU(), nn.LayerNorm(hidden)]
+def mlp(in_dim: int, out_dim: int, out_gain: float, args: Args) -> nn.Sequential:
+    """The official MAPPO MLP: [LayerNorm] -> 2 x (Linear, activation, LayerNorm) -> Linear; hidden layers
+    are initialized with the activation's recommended gain (tanh 5/3, relu sqrt(2))."""
+    hidden = args.hidden_size
+    act, gain = {"tanh": nn.Tanh, "relu": nn.ReLU}[args.activation], nn.init.calculate_gain(args.activation)
+    layers = [nn.LayerNorm(in_dim)] if args.feature_norm else []
+    layers += [layer_init(nn.Linear(in_dim, hidden), gain), act(), nn.LayerNorm(hidden)]
+    layers += [layer_init(nn.Linear(hidden, hidden), gain), act(), nn.LayerNorm(hidden)]
     layers += [layer_init(nn.Linear(hidden, out_dim), gain=out_gain)]
     return nn.Sequential(*layers)
 
@@ -331,14 +336,12 @@ class Agent(nn.Module):
         self.register_buffer("avail_actions", torch.as_tensor(spec.avail_actions))
         actor_in = spec.obs_dim + (n_agents if args.use_agent_id else 0)
         n_actors = n_agents if args.separate_actors else 1
-        self.actors = nn.ModuleList(
-            mlp(actor_in, args.hidden_size, spec.action_dim, 0.01, args.feature_norm) for _ in range(n_actors)
-        )
+        self.actors = nn.ModuleList(mlp(actor_in, spec.action_dim, 0.01, args) for _ in range(n_actors))
         # EP: one critic pass per env on the shared state, with one value head per agent (agents' returns
         # differ without --team-reward). FP/AS: one pass per agent on an agent-specific state.
         critic_in = {"EP": spec.state_dim, "FP": spec.state_dim + n_agents, "AS": spec.state_dim + spec.obs_dim + n_agents}
         value_heads = n_agents if args.state_type == "EP" else 1
-        self.critic = mlp(critic_in[args.state_type], args.hidden_size, value_heads, 1.0, args.feature_norm)
+        self.critic = mlp(critic_in[args.state_type], value_heads, 1.0, args)
 
     def critic_input(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """obs (B, n_agents, obs_dim), state (B, state_dim) -> (B, 1, EP features) or (B, n_agents, F)."""

@@ -151,6 +151,19 @@ def test_critic_input_and_value_shapes(state_type, critic_features):
     assert agent.get_value(obs, state).shape == (5, 3)
 
 
+@pytest.mark.parametrize("activation, act_type, gain", [("tanh", torch.nn.Tanh, 5 / 3), ("relu", torch.nn.ReLU, 2**0.5)])
+def test_mlp_activation_and_orthogonal_init_gains(activation, act_type, gain):
+    net = m.mlp(18, 5, 0.01, m.Args(activation=activation))
+    nn = torch.nn
+    assert [type(layer) for layer in net] == [nn.LayerNorm, nn.Linear, act_type, nn.LayerNorm, nn.Linear, act_type,
+                                              nn.LayerNorm, nn.Linear]
+    # weights (64, 18), (64, 64), (5, 64): orthogonal rows or columns, scaled by the layer's gain
+    first, hidden, out = (layer.weight.detach() for layer in net if isinstance(layer, nn.Linear))
+    torch.testing.assert_close(first.T @ first, gain**2 * torch.eye(18), atol=1e-5, rtol=0)
+    torch.testing.assert_close(hidden @ hidden.T, gain**2 * torch.eye(64), atol=1e-5, rtol=0)
+    torch.testing.assert_close(out @ out.T, 0.01**2 * torch.eye(5), atol=1e-7, rtol=0)
+
+
 def test_separate_actors_have_their_own_parameters():
     spec = m.get_env_spec("simple_speaker_listener_v4", 3, 25)
     shared, separate = m.Agent(spec, m.Args(separate_actors=False)), m.Agent(spec, m.Args(separate_actors=True))
