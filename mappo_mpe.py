@@ -90,7 +90,7 @@ class Args:
     hidden_size: int = 64
     """width of the two hidden layers of the actor and the critic"""
     activation: Literal["tanh", "relu"] = "tanh"
-    """hidden-layer activation; the official spread runs use tanh, its reference and speaker-listener runs relu"""
+    """hidden-layer activation: tanh as the official spread runs; relu learns simple_reference_v3 much faster"""
     use_valuenorm: bool = True
     """if toggled, the critic learns returns normalized by running statistics (ValueNorm)"""
     huber_delta: float = 10.0
