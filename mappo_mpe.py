@@ -736,10 +736,11 @@ def main(args: Args) -> dict:
     eval_envs = VecEnv(args.env_id, args.n_eval_episodes, args.n_workers, args.seed + 100_000, args.n_agents,
                        args.max_cycles)
     spec, n_agents = envs.spec, len(envs.spec.agents)
-    if device.type == "cpu":
-        # The env workers take every core while they step. More torch threads in this process would spin-wait
-        # against them (also after an update that used them) and halve the rollout speed.
-        torch.set_num_threads(1)
+    # The env workers take every core while they step, so acting uses one torch thread: more would spin-wait
+    # against the workers and halve the rollout speed. The update runs while the workers idle, so it gets
+    # torch's default number of threads (one per physical core).
+    update_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     try:
         agent, value_norm, optimizer = build_agent(spec, args, device)
         buffer = RolloutBuffer(T, n_envs, spec, device)
@@ -781,7 +782,9 @@ def main(args: Args) -> dict:
                 advantages, returns = compute_gae(buffer.rewards, buffer.values, buffer.final_values,
                                                   buffer.terminated, buffer.truncated, args.gamma, args.gae_lambda)
 
+            torch.set_num_threads(update_threads)
             losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
+            torch.set_num_threads(1)
             losses["explained_variance"] = explained_variance(buffer.values[:-1], returns)
             buffer.start_next_rollout()
 
@@ -827,6 +830,7 @@ def main(args: Args) -> dict:
         envs.close()
         eval_envs.close()
         writer.close()
+        torch.set_num_threads(update_threads)
     return {"run_name": run_name, "losses": losses, "best_eval": best_eval, "global_step": global_step}
 
 

@@ -366,7 +366,10 @@ def test_cuda_request_without_gpu_falls_back_to_cpu(capsys):
 def test_same_seed_gives_identical_first_update(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = tiny_args(total_timesteps=100)  # exactly one rollout and one update
-    first, second = m.main(args), m.main(args)
+    threads = torch.get_num_threads()
+    first = m.main(args)
+    assert torch.get_num_threads() == threads  # acting's single thread does not leak out of main()
+    second = m.main(args)
     assert first["global_step"] == second["global_step"] == 100
     assert first["losses"] == second["losses"]
     third = m.main(dataclasses.replace(args, seed=2))
