@@ -5,6 +5,7 @@
 #   bash benchmark.sh ALGO listener   # simple_speaker_listener_v4, 2M steps, 15 epochs (MAPPO: separate actors)
 #   bash benchmark.sh ALGO reference  # simple_reference_v3, 3M steps, 15 epochs
 #   bash benchmark.sh mat acting      # MAT acting time per step, KV cache vs full re-decode, N = 3, 6, 12
+#   bash benchmark.sh ALGO env-rate   # single-process env steps/s: mpe2's parallel_env (+ state()) vs step_env (~2 min)
 #   bash benchmark.sh ALGO official-task  # spread, 500k steps, on the task of the official codes' MPE copy
 # ALGO is mappo (mappo_mpe.py) or mat (mat_mpe.py). Runs go to bench/runs (TensorBoard) and
 # bench/ALGO_*.log; every run ends with a table of its returns.
@@ -17,28 +18,51 @@ seed="${SEED:-1}"
 algo="${1:-}"
 case "$algo" in
   mappo|mat) script="../${algo}_mpe.py" ;;
-  *) echo "usage: bash benchmark.sh mappo|mat speed|spread|listener|reference|official-task, or bash benchmark.sh mat acting"; exit 2 ;;
+  *) echo "usage: bash benchmark.sh mappo|mat speed|spread|listener|reference|official-task|env-rate, or bash benchmark.sh mat acting"; exit 2 ;;
 esac
 
-raw_env_rate() {  # single-process random-action env steps per second of mpe2's parallel_env, as REFERENCE.md
-  # measures it; with "fast", of the scripts' make_env (the same env without PettingZoo's checking wrappers)
-  python - "$1" "${2:-}" <<'PY'
+raw_env_rate() {  # single-process random-action env steps per second of scenario $1, stepped as $2: "mpe2",
+  # mpe2's parallel_env as REFERENCE.md measures it (actions from action_space.sample()); "mpe2+state", the
+  # same with state() after every step, what a MAPPO worker needs; "step_env", the scripts' own stepping of the
+  # raw env (state included). The last two draw their actions alike, so their rates compare the stepping alone.
+  python - "$1" "$2" <<'PY'
 import importlib, sys, time
+import numpy as np
 sys.path.insert(0, "..")
-from mappo_mpe import make_env
-if sys.argv[2] == "fast":
-    env = make_env(sys.argv[1], 3, 25)
+from mappo_mpe import get_env_spec, make_env, reset_env, step_env
+env_id, how = sys.argv[1], sys.argv[2]
+spec = get_env_spec(env_id, 3, 25)
+n_actions, rng = spec.avail_actions.sum(axis=1), np.random.default_rng(0)
+if how == "step_env":
+    env = make_env(env_id, 3, 25)
+    reset_env(env, spec.obs_dim, seed=0)
+
+    def step():
+        *_, terminated, truncated = step_env(env, rng.integers(n_actions), spec.obs_dim)
+        if (terminated | truncated).all():
+            reset_env(env, spec.obs_dim)
 else:
-    env = importlib.import_module(f"mpe2.{sys.argv[1]}").parallel_env(max_cycles=25)
-env.reset(seed=0)
+    env = importlib.import_module(f"mpe2.{env_id}").parallel_env(max_cycles=25)
+    env.reset(seed=0)
+
+    def step():
+        if how == "mpe2":
+            env.step({a: env.action_space(a).sample() for a in env.agents})
+        else:
+            env.step(dict(zip(env.agents, rng.integers(n_actions).tolist())))
+            env.state()
+        if not env.agents:
+            env.reset()
 steps, start = 0, time.perf_counter()
 while time.perf_counter() - start < 10.0:
-    env.step({a: env.action_space(a).sample() for a in env.agents})
+    step()
     steps += 1
-    if not env.agents:
-        env.reset()
 print(f"{steps / (time.perf_counter() - start):.0f}")
 PY
+}
+
+cpu_times() {  # "steal total" jiffies of all CPUs since boot; the host takes steal time from this VM
+  awk '/^cpu /{print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat
 }
 
 curve() {  # table of training and evaluation returns of the newest run matching $1
@@ -140,14 +164,26 @@ fi
 case "${2:-}" in
   speed)
     log="${algo}_speed.log"
-    before=$(raw_env_rate simple_spread_v3)
+    read -r steal0 total0 <<< "$(cpu_times)"
+    before=$(raw_env_rate simple_spread_v3 mpe2)
     python "$script" --exp-name "${algo}_speed" --n-rollout-threads 32 --total-timesteps 300000 --eval-interval 1000000 \
       2>&1 | tee "$log"
-    after=$(raw_env_rate simple_spread_v3)
-    fast=$(raw_env_rate simple_spread_v3 fast)
+    after=$(raw_env_rate simple_spread_v3 mpe2)
+    fast=$(raw_env_rate simple_spread_v3 step_env)
+    read -r steal1 total1 <<< "$(cpu_times)"
     sps=$(grep -o 'SPS *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*')
-    python -c "r = ($before + $after) / 2; print(f'raw env rate {r:.0f} steps/s (before {$before}, after {$after}); end-to-end SPS $sps; ratio {$sps / r:.2f}; raw rate without the PettingZoo wrappers {$fast} (ratio to it {$sps / $fast:.2f})')" \
+    python -c "r = ($before + $after) / 2; print(f'raw env rate {r:.0f} steps/s (before {$before}, after {$after}); end-to-end SPS $sps; ratio {$sps / r:.2f}; raw rate of step_env {$fast} (ratio to it {$sps / $fast:.2f}); CPU time stolen by the host {100 * ($steal1 - $steal0) / ($total1 - $total0):.0f}%')" \
       | tee -a "$log"
+    ;;
+  env-rate)
+    echo "| scenario | mpe2 parallel_env | parallel_env + state() | step_env | step_env / (parallel_env + state()) |"
+    echo "|---|---|---|---|---|"
+    for env_id in simple_spread_v3 simple_reference_v3 simple_speaker_listener_v4; do
+      plain=$(raw_env_rate $env_id mpe2)
+      with_state=$(raw_env_rate $env_id mpe2+state)
+      fast=$(raw_env_rate $env_id step_env)
+      python -c "print(f'| $env_id | $plain | $with_state | $fast | {$fast / $with_state:.2f}x |')"
+    done | tee env_rate.log
     ;;
   spread) train spread ;;
   listener) train listener "${listener_flags[@]}" ;;
@@ -157,5 +193,5 @@ case "${2:-}" in
     curve "__${algo}_official_task__" | tee -a "${algo}_official_task.log"
     ;;
   acting) [ "$algo" = mat ] && acting_time | tee mat_acting.log ;;
-  *) echo "usage: bash benchmark.sh mappo|mat speed|spread|listener|reference|official-task, or bash benchmark.sh mat acting"; exit 2 ;;
+  *) echo "usage: bash benchmark.sh mappo|mat speed|spread|listener|reference|official-task|env-rate, or bash benchmark.sh mat acting"; exit 2 ;;
 esac

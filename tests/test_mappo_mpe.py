@@ -47,24 +47,32 @@ def test_env_spec(env_id):
 
 
 @pytest.mark.parametrize("env_id", SCENARIOS)
-def test_make_env_steps_exactly_like_mpe2_parallel_env(env_id):
-    """make_env skips PettingZoo's checking wrappers; the trajectories must stay those of mpe2's own env."""
+def test_step_env_steps_exactly_like_mpe2_parallel_env(env_id):
+    """step_env drives the raw AEC env without PettingZoo's wrappers and joins the state from the observations;
+    observations, state, rewards and episode ends must stay those of mpe2's own parallel env and its state()."""
+    agents, obs_dims, action_dims, _ = SCENARIOS[env_id]
+    obs_dim = max(obs_dims)
     ours = m.make_env(env_id, 3, 25)
     theirs = importlib.import_module(f"mpe2.{env_id}").parallel_env(max_cycles=25)
-    obs, _ = ours.reset(seed=4)
+    obs, state = m.reset_env(ours, obs_dim, seed=4)
     expected_obs, _ = theirs.reset(seed=4)
     rng = np.random.default_rng(0)
     for _ in range(30):  # past the truncation at 25, into a reset
         if not theirs.agents:
-            obs, _ = ours.reset()
+            obs, state = m.reset_env(ours, obs_dim)
             expected_obs, _ = theirs.reset()
-        actions = {a: int(rng.integers(theirs.action_space(a).n)) for a in theirs.agents}
-        obs, rewards, terminated, truncated, _ = ours.step(actions)
-        expected_obs, expected_rewards, expected_terminated, expected_truncated, _ = theirs.step(actions)
-        for a in expected_obs:
-            np.testing.assert_array_equal(obs[a], expected_obs[a])
-        assert (rewards, terminated, truncated) == (expected_rewards, expected_terminated, expected_truncated)
-        np.testing.assert_array_equal(ours.state(), theirs.state())
+        for i, (a, d) in enumerate(zip(agents, obs_dims)):
+            np.testing.assert_array_equal(obs[i, :d], expected_obs[a])
+            assert np.all(obs[i, d:] == 0)
+        np.testing.assert_array_equal(state, theirs.state())
+        actions = np.array([rng.integers(n) for n in action_dims])
+        obs, state, rewards, terminated, truncated = m.step_env(ours, actions, obs_dim)
+        expected_obs, expected_rewards, expected_terminated, expected_truncated, _ = theirs.step(
+            {a: int(action) for a, action in zip(agents, actions)}
+        )
+        np.testing.assert_array_equal(rewards, np.array([expected_rewards[a] for a in agents], dtype=np.float32))
+        assert terminated.tolist() == [expected_terminated[a] for a in agents]
+        assert truncated.tolist() == [expected_truncated[a] for a in agents]
 
 
 @pytest.mark.parametrize("env_id", SCENARIOS)
@@ -86,6 +94,7 @@ def test_vec_env_shapes_padding_and_auto_reset(env_id):
             step = envs.step(actions)
             assert step.obs.shape == obs.shape and step.state.shape == state.shape
             assert step.rewards.shape == step.terminated.shape == step.truncated.shape == (n_envs, n_agents)
+            assert (step.rewards.dtype, step.terminated.dtype, step.truncated.dtype) == (np.float32, bool, bool)
             assert not step.terminated.any()
             last = t == max_cycles - 1
             assert step.truncated.all() == last and step.truncated.any() == last
