@@ -515,6 +515,14 @@ def value_loss_fn(values, old_values, returns, clip: float, huber_delta: float, 
     return loss.mean()
 
 
+def minibatch_indices(batch_size: int, num_mini_batch: int, device: torch.device) -> list:
+    """Disjoint random minibatches covering the batch, for one PPO epoch. A single minibatch is the whole batch
+    in its stored order: the order does not change its gradient, and a slice spares copying the batch."""
+    if num_mini_batch == 1:
+        return [slice(None)]
+    return list(torch.randperm(batch_size, device=device).split(batch_size // num_mini_batch))
+
+
 def ppo_update(agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advantages, returns, args: Args) -> dict:
     """`ppo_epoch` passes of minibatches over the rollout; each sample keeps all agents of one env step."""
     flat = lambda x: x.flatten(0, 1)  # (T, n_envs, ...) -> (T * n_envs, ...)  # noqa: E731
@@ -525,11 +533,10 @@ def ppo_update(agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advan
     advantages = flat((advantages - advantages.mean()) / (advantages.std() + 1e-5))
 
     batch_size = obs.shape[0]
-    minibatch_size = batch_size // args.num_mini_batch
     actor_params = list(agent.actors.parameters())
     stats = []
     for _ in range(args.ppo_epoch):
-        for mb in torch.randperm(batch_size, device=obs.device).split(minibatch_size):
+        for mb in minibatch_indices(batch_size, args.num_mini_batch, obs.device):
             dist = agent.get_dist(obs[mb])
             policy_loss, pg_stats = policy_loss_fn(dist.log_prob(actions[mb]), old_logprobs[mb], advantages[mb], args.clip)
             entropy = dist.entropy().mean()
@@ -629,7 +636,7 @@ def load_checkpoint(path: str, device: torch.device) -> dict:
 def build_agent(spec: EnvSpec, args: Args, device: torch.device):
     agent = Agent(spec, args).to(device)
     value_norm = (ValueNorm() if args.use_valuenorm else IdentityNorm()).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5, fused=True)  # one kernel for all parameters
     return agent, value_norm, optimizer
 
 

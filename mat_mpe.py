@@ -620,6 +620,14 @@ def value_loss_fn(values, old_values, returns, clip: float, huber_delta: float, 
     return loss.mean()
 
 
+def minibatch_indices(batch_size: int, num_mini_batch: int, device: torch.device) -> list:
+    """Disjoint random minibatches covering the batch, for one PPO epoch. A single minibatch is the whole batch
+    in its stored order: the order does not change its gradient, and a slice spares copying the batch."""
+    if num_mini_batch == 1:
+        return [slice(None)]
+    return list(torch.randperm(batch_size, device=device).split(batch_size // num_mini_batch))
+
+
 def ppo_update(agent: MultiAgentTransformer, optimizer, value_norm, buffer: RolloutBuffer, advantages, returns,
                args: Args) -> dict:
     """`ppo_epoch` passes of minibatches over the rollout; each sample keeps its whole agent sequence."""
@@ -633,12 +641,12 @@ def ppo_update(agent: MultiAgentTransformer, optimizer, value_norm, buffer: Roll
     minibatch_size = batch_size // args.num_mini_batch
     stats = []
     for _ in range(args.ppo_epoch):
-        for mb in torch.randperm(batch_size, device=obs.device).split(minibatch_size):
+        for mb in minibatch_indices(batch_size, args.num_mini_batch, obs.device):
             batch = [x[mb] for x in (obs, actions, old_logprobs, advantages, old_values, norm_returns)]
             agent_order = None
             if args.shuffle_agents:  # a random agent order per sample; the one-hot ids travel with the obs
-                agent_order = torch.rand(len(mb), n_agents, device=obs.device).argsort(dim=1)  # (mb, n_agents)
-                rows = torch.arange(len(mb), device=obs.device).unsqueeze(1)
+                agent_order = torch.rand(minibatch_size, n_agents, device=obs.device).argsort(dim=1)  # (mb, n_agents)
+                rows = torch.arange(minibatch_size, device=obs.device).unsqueeze(1)
                 batch = [x[rows, agent_order] for x in batch]
             mb_obs, mb_actions, mb_old_logprobs, mb_advantages, mb_old_values, mb_returns = batch
             logprobs, entropy, values = agent.evaluate_actions(mb_obs, mb_actions, agent_order)
@@ -736,7 +744,7 @@ def load_checkpoint(path: str, device: torch.device) -> dict:
 def build_agent(spec: EnvSpec, args: Args, device: torch.device):
     agent = MultiAgentTransformer(spec, args).to(device)
     value_norm = (ValueNorm() if args.use_valuenorm else IdentityNorm()).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5, fused=True)  # one kernel for all parameters
     return agent, value_norm, optimizer
 
 

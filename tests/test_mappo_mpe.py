@@ -305,6 +305,21 @@ def test_first_ppo_epoch_starts_on_policy():
     assert stats["clipfrac"] == 0.0 and stats["approx_kl"] == pytest.approx(0.0, abs=1e-7)
 
 
+@pytest.mark.parametrize("num_mini_batch", [1, 4])
+def test_minibatch_indices_partition_the_batch(num_mini_batch):
+    torch.manual_seed(0)
+    batch = torch.arange(24)
+    minibatches = m.minibatch_indices(24, num_mini_batch, torch.device("cpu"))
+    assert len(minibatches) == num_mini_batch
+    assert all(batch[mb].shape == (24 // num_mini_batch,) for mb in minibatches)
+    order = torch.cat([batch[mb] for mb in minibatches]).tolist()
+    assert sorted(order) == list(range(24))  # every sample exactly once
+    if num_mini_batch == 1:
+        assert minibatches == [slice(None)]  # the whole batch as a view: no shuffle, no copy
+    else:
+        assert order != list(range(24))  # shuffled
+
+
 # ----------------------------------------------------------------------------------------------------
 # Checkpoints, determinism and argument checks
 # ----------------------------------------------------------------------------------------------------
