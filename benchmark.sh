@@ -29,12 +29,13 @@ raw_env_rate() {  # single-process random-action env steps per second of scenari
 import importlib, sys, time
 import numpy as np
 sys.path.insert(0, "..")
-from mappo_mpe import get_env_spec, make_env, reset_env, step_env
+from mappo_mpe import Args, get_env_spec, make_env, reset_env, scenario_kwargs, step_env
 env_id, how = sys.argv[1], sys.argv[2]
-spec = get_env_spec(env_id, 3, 25)
+scenario = scenario_kwargs(Args(env_id=env_id))
+spec = get_env_spec(env_id, scenario)
 n_actions, rng = spec.avail_actions.sum(axis=1), np.random.default_rng(0)
 if how == "step_env":
-    env = make_env(env_id, 3, 25)
+    env = make_env(env_id, scenario)
     reset_env(env, spec.obs_dim, seed=0)
 
     def step():
@@ -102,7 +103,7 @@ torch.set_num_threads(1)  # as in training, where the env workers take the cores
 print("| agents | KV cache (ms per step) | full re-decode (ms per step) | speed-up |")
 print("|---|---|---|---|")
 for n_agents in (3, 6, 12):
-    spec = m.get_env_spec("simple_spread_v3", n_agents, 25)
+    spec = m.get_env_spec("simple_spread_v3", m.scenario_kwargs(m.Args(n_agents=n_agents)))
     model = m.MultiAgentTransformer(spec, m.Args(n_agents=n_agents))
     obs = torch.randn(32, n_agents, spec.obs_dim)
     times = {}

@@ -13,6 +13,7 @@ and GAE, the PPO update, evaluation and checkpoints, then the training loop in `
     python mat_mpe.py --eval-checkpoint runs/<run_name>/model.pt --capture-video
 """
 
+import contextlib
 import dataclasses
 import importlib
 import multiprocessing as mp
@@ -40,7 +41,7 @@ class Args:
     torch_deterministic: bool = True
     """if toggled, `torch.backends.cudnn.deterministic=True`"""
     cuda: bool = False
-    """if toggled, use the GPU when one is available (the small MPE networks usually run faster on CPU)"""
+    """if toggled, use the GPU when one is available"""
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "mat-mpe"
@@ -59,6 +60,10 @@ class Args:
     """the MPE scenario"""
     n_agents: int = 3
     """number of agents (and landmarks) in simple_spread_v3; the other scenarios have a fixed team"""
+    num_agent_neighbors: int | None = None
+    """simple_spread_v3 only: each agent observes only its nearest K other agents (default: all)"""
+    num_landmark_neighbors: int | None = None
+    """simple_spread_v3 only: each agent observes only its nearest K landmarks (default: all)"""
     max_cycles: int = 25
     """steps before an episode is truncated"""
     n_rollout_threads: int = 32
@@ -131,19 +136,29 @@ class EnvSpec(NamedTuple):
     avail_actions: np.ndarray  # (n_agents, action_dim) bool, fixed per agent in MPE
 
 
-def make_env(env_id: str, n_agents: int, max_cycles: int, render_mode: str | None = None):
-    """mpe2's raw AEC env, stepped by `reset_env` and `step_env` instead of PettingZoo's parallel wrapper: the
-    same dynamics without the order-enforcing and bounds-checking wrappers (the env workers check all actions
-    of a step at once) and without observing every agent three times per step (see `step_env`)."""
+def scenario_kwargs(args: Args) -> dict:
+    """Keyword arguments of the mpe2 scenario: the episode length, and on simple_spread_v3 the team size and
+    how many agents and landmarks each agent observes."""
+    kwargs = dict(max_cycles=args.max_cycles)
+    if args.env_id == "simple_spread_v3":
+        kwargs.update(
+            N=args.n_agents,
+            num_agent_neighbors=args.num_agent_neighbors,
+            num_landmark_neighbors=args.num_landmark_neighbors,
+        )
+    return kwargs
+
+
+def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
+    """mpe2's raw AEC env, stepped by `reset_env` and `step_env` rather than through PettingZoo's parallel
+    wrapper: the same dynamics, without wrappers that check every call (the env workers check all actions of a
+    step at once) and without observing each agent several times per step (see `step_env`)."""
     module = importlib.import_module(f"mpe2.{env_id}")
-    kwargs = dict(max_cycles=max_cycles, continuous_actions=False, render_mode=render_mode)
-    if env_id == "simple_spread_v3":
-        kwargs["N"] = n_agents
-    return module.raw_env(**kwargs)
+    return module.raw_env(**scenario, continuous_actions=False, render_mode=render_mode)
 
 
-def get_env_spec(env_id: str, n_agents: int, max_cycles: int) -> EnvSpec:
-    env = make_env(env_id, n_agents, max_cycles)
+def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
+    env = make_env(env_id, scenario)
     agents = list(env.possible_agents)
     obs_dims = [env.observation_space(a).shape[0] for a in agents]
     action_dims = [int(env.action_space(a).n) for a in agents]
@@ -174,9 +189,9 @@ def reset_env(env, obs_dim: int, seed: int | None = None) -> tuple[np.ndarray, n
 
 def step_env(env, actions: np.ndarray, obs_dim: int) -> tuple[np.ndarray, ...]:
     """One simultaneous step of all agents: in the AEC env each agent acts in turn and the world moves after the
-    last one. Returns obs, state, rewards, terminated, truncated, like a step of mpe2's `parallel_env` followed
-    by `state()`. That wrapper also observes each agent before its action, and `state()` observes all of them
-    again: reading each observation once makes a step about a quarter faster."""
+    last one. Returns obs, state, rewards, terminated, truncated, as a step of mpe2's `parallel_env` followed by
+    `state()` would, but reads each observation once (the wrapper observes each agent before its action, and
+    `state()` observes all of them again)."""
     for action in actions:
         env.step(int(action))
     agents = env.possible_agents
@@ -196,14 +211,19 @@ class StepResult(NamedTuple):
     final_obs: np.ndarray  # (n_envs, n_agents, obs_dim): last obs of an ended episode, zeros elsewhere
     final_state: np.ndarray  # (n_envs, state_dim): likewise
 
+    @property
+    def ended(self) -> np.ndarray:
+        """(n_envs,) bool: the env's episode is over for every agent (and the env was reset)."""
+        return (self.terminated | self.truncated).all(axis=1)
 
-def env_worker(conn, parent_conn, env_kwargs: dict, seeds: list[int], obs_dim: int):
+
+def env_worker(conn, parent_conn, env_id: str, scenario: dict, seeds: list[int], obs_dim: int):
     """Steps a slice of the environments and answers the main process with stacked arrays."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is handled by the main process alone
     parent_conn.close()
     parent_pid = os.getppid()
     try:
-        envs = [make_env(**env_kwargs) for _ in seeds]
+        envs = [make_env(env_id, scenario) for _ in seeds]
         agents = envs[0].possible_agents
         n_actions = np.array([envs[0].action_space(a).n for a in agents])
         while True:
@@ -237,22 +257,21 @@ def env_worker(conn, parent_conn, env_kwargs: dict, seeds: list[int], obs_dim: i
 
 
 class VecEnv:
-    """`n_envs` PettingZoo parallel envs split over `n_workers` processes; auto-resets ended episodes."""
+    """`n_envs` mpe2 envs split over `n_workers` processes (0: one per CPU core); ended episodes are reset in the
+    workers. Env k is seeded with `seed + k` at the first reset."""
 
-    def __init__(self, env_id: str, n_envs: int, n_workers: int, seed: int, n_agents: int = 3, max_cycles: int = 25):
-        self.spec = get_env_spec(env_id, n_agents, max_cycles)
+    def __init__(self, env_id: str, scenario: dict, n_envs: int, n_workers: int, seed: int):
+        self.spec = get_env_spec(env_id, scenario)
         self.n_envs = n_envs
         n_workers = min(n_workers or os.cpu_count() or 1, n_envs)
-        slices = np.array_split(np.arange(n_envs), n_workers)
-        env_kwargs = dict(env_id=env_id, n_agents=n_agents, max_cycles=max_cycles)
+        self.slices = np.array_split(np.arange(n_envs), n_workers)
         ctx = mp.get_context()
-        self.conns, self.processes, self.slices = [], [], slices
-        for idx in slices:
+        self.conns, self.processes = [], []
+        for idx in self.slices:
             parent_conn, child_conn = ctx.Pipe()
             seeds = [seed + int(k) for k in idx]
-            p = ctx.Process(
-                target=env_worker, args=(child_conn, parent_conn, env_kwargs, seeds, self.spec.obs_dim), daemon=True
-            )
+            worker_args = (child_conn, parent_conn, env_id, scenario, seeds, self.spec.obs_dim)
+            p = ctx.Process(target=env_worker, args=worker_args, daemon=True)
             p.start()
             child_conn.close()
             self.conns.append(parent_conn)
@@ -309,6 +328,12 @@ class VecEnv:
                 p.terminate()
                 p.join()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
 
 # ----------------------------------------------------------------------------------------------------
 # Networks
@@ -322,7 +347,7 @@ def layer_init(layer: nn.Linear, gain: float = np.sqrt(2)) -> nn.Linear:
     return layer
 
 
-def mlp(n_embd: int) -> nn.Sequential:
+def feed_forward(n_embd: int) -> nn.Sequential:
     """The feed-forward part of a block; like every output layer here it starts small (gain 0.01)."""
     return nn.Sequential(layer_init(nn.Linear(n_embd, n_embd)), nn.GELU(), layer_init(nn.Linear(n_embd, n_embd), 0.01))
 
@@ -330,7 +355,10 @@ def mlp(n_embd: int) -> nn.Sequential:
 def head(n_embd: int, out_dim: int) -> nn.Sequential:
     """Output head of the encoder (values) and the decoder (logits)."""
     return nn.Sequential(
-        layer_init(nn.Linear(n_embd, n_embd)), nn.GELU(), nn.LayerNorm(n_embd), layer_init(nn.Linear(n_embd, out_dim), 0.01)
+        layer_init(nn.Linear(n_embd, n_embd)),
+        nn.GELU(),
+        nn.LayerNorm(n_embd),
+        layer_init(nn.Linear(n_embd, out_dim), 0.01),
     )
 
 
@@ -365,7 +393,7 @@ class EncodeBlock(nn.Module):
     def __init__(self, n_embd: int, n_head: int):
         super().__init__()
         self.attn = Attention(n_embd, n_head, causal=False)
-        self.mlp = mlp(n_embd)
+        self.mlp = feed_forward(n_embd)
         self.ln1, self.ln2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -381,7 +409,7 @@ class DecodeBlock(nn.Module):
         super().__init__()
         self.self_attn = Attention(n_embd, n_head, causal=True)
         self.obs_attn = Attention(n_embd, n_head, causal=True)
-        self.mlp = mlp(n_embd)
+        self.mlp = feed_forward(n_embd)
         self.ln1, self.ln2, self.ln3 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
 
     def forward(self, x: torch.Tensor, obs_rep: torch.Tensor, cache: list[dict] | None = None) -> torch.Tensor:
@@ -444,8 +472,9 @@ class MultiAgentTransformer(nn.Module):
             x = block(x, obs_rep, None if cache is None else cache[i])
         return self.action_head(x)
 
-    def decode_autoregressive(self, obs_rep: torch.Tensor, avail: torch.Tensor, deterministic: bool,
-                              use_kv_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def decode_autoregressive(
+        self, obs_rep: torch.Tensor, avail: torch.Tensor, deterministic: bool, use_kv_cache: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Actions and log-probs (B, n_agents) and masked logits (B, n_agents, action_dim), agent by agent.
 
         With the cache each step feeds only agent i's position through the decoder. Without it, each step
@@ -486,14 +515,13 @@ class MultiAgentTransformer(nn.Module):
         return dist.log_prob(actions), dist.entropy(), values
 
 
-
 # ----------------------------------------------------------------------------------------------------
 # Value normalization
 # ----------------------------------------------------------------------------------------------------
 
 
 class ValueNorm(nn.Module):
-    """Running mean/variance of the returns with debiased exponential averages (official MAPPO and MAT)."""
+    """Running mean/variance of the returns with debiased exponential averages (official MAPPO)."""
 
     def __init__(self, beta: float = 0.99999, epsilon: float = 1e-5, min_var: float = 1e-2):
         super().__init__()
@@ -557,8 +585,14 @@ class RolloutBuffer:
         self.final_obs = zeros(T, n_envs, n_agents, spec.obs_dim)  # last obs of an episode that ended at t
         self.final_values = zeros(T, n_envs, n_agents)  # their values, to bootstrap truncated episodes
 
+    def insert(self, t: int, actions: torch.Tensor, logprobs: torch.Tensor, rewards: torch.Tensor, step: StepResult):
+        """Stores what acting on the input at step t gave, and the input of step t + 1."""
+        self.actions[t], self.logprobs[t], self.rewards[t] = actions, logprobs, rewards
+        self.terminated[t], self.truncated[t] = torch.from_numpy(step.terminated), torch.from_numpy(step.truncated)
+        self.obs[t + 1], self.final_obs[t] = torch.from_numpy(step.obs), torch.from_numpy(step.final_obs)
+
     @torch.no_grad()
-    def compute_values(self, agent: "MultiAgentTransformer", value_norm):
+    def compute_values(self, agent: MultiAgentTransformer, value_norm):
         """All values of the rollout in one batched encoder pass, on the scale of the returns."""
         value = lambda obs: value_norm.denormalize(agent.get_value(obs.flatten(0, 1)))  # noqa: E731
         self.values[:] = value(self.obs).view_as(self.values)
@@ -628,8 +662,9 @@ def minibatch_indices(batch_size: int, num_mini_batch: int, device: torch.device
     return list(torch.randperm(batch_size, device=device).split(batch_size // num_mini_batch))
 
 
-def ppo_update(agent: MultiAgentTransformer, optimizer, value_norm, buffer: RolloutBuffer, advantages, returns,
-               args: Args) -> dict:
+def ppo_update(
+    agent: MultiAgentTransformer, optimizer, value_norm, buffer: RolloutBuffer, advantages, returns, args: Args
+) -> dict:
     """`ppo_epoch` passes of minibatches over the rollout; each sample keeps its whole agent sequence."""
     flat = lambda x: x.flatten(0, 1)  # (T, n_envs, n_agents, ...) -> (T * n_envs, n_agents, ...)  # noqa: E731
     obs, actions, old_logprobs = flat(buffer.obs[:-1]), flat(buffer.actions), flat(buffer.logprobs)
@@ -652,14 +687,21 @@ def ppo_update(agent: MultiAgentTransformer, optimizer, value_norm, buffer: Roll
             logprobs, entropy, values = agent.evaluate_actions(mb_obs, mb_actions, agent_order)
             policy_loss, pg_stats = policy_loss_fn(logprobs, mb_old_logprobs, mb_advantages, args.clip)
             entropy = entropy.mean()
-            value_loss = value_loss_fn(values, mb_old_values, mb_returns, args.clip, args.huber_delta, args.clipped_value_loss)
+            value_loss = value_loss_fn(
+                values, mb_old_values, mb_returns, args.clip, args.huber_delta, args.clipped_value_loss
+            )
             optimizer.zero_grad()
             (policy_loss - args.ent_coef * entropy + args.vf_coef * value_loss).backward()
             grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
             stats.append(
-                {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(), "entropy": entropy.detach(),
-                 "grad_norm": grad_norm, **pg_stats}
+                {
+                    "policy_loss": policy_loss.detach(),
+                    "value_loss": value_loss.detach(),
+                    "entropy": entropy.detach(),
+                    "grad_norm": grad_norm,
+                    **pg_stats,
+                }
             )
     return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
 
@@ -675,7 +717,7 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def evaluate(agent: MultiAgentTransformer, envs: VecEnv, device: torch.device) -> np.ndarray:
+def evaluate(agent: nn.Module, envs: VecEnv, device: torch.device) -> np.ndarray:
     """One deterministic episode per env; returns each episode's per-agent returns (n_envs, n_agents)."""
     obs, _ = envs.reset()
     returns = np.zeros((envs.n_envs, len(envs.spec.agents)), dtype=np.float64)
@@ -684,16 +726,16 @@ def evaluate(agent: MultiAgentTransformer, envs: VecEnv, device: torch.device) -
         actions, _ = agent.act(torch.from_numpy(obs).to(device), deterministic=True)
         step = envs.step(actions.cpu().numpy())
         returns[~finished] += step.rewards[~finished]
-        finished |= (step.terminated | step.truncated).all(axis=1)
+        finished |= step.ended
         obs = step.obs
     return returns
 
 
 @torch.no_grad()
-def record_episode(agent: MultiAgentTransformer, args: Args, device: torch.device, seed: int) -> np.ndarray:
+def record_episode(agent: nn.Module, args: Args, device: torch.device, seed: int) -> np.ndarray:
     """Frames (T+1, H, W, 3) uint8 of one deterministic episode rendered headless."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    env = make_env(args.env_id, args.n_agents, args.max_cycles, render_mode="rgb_array")
+    env = make_env(args.env_id, scenario_kwargs(args), render_mode="rgb_array")
     obs, _ = reset_env(env, agent.obs_dim, seed)
     frames, ended = [env.render()], False
     while not ended:
@@ -714,7 +756,7 @@ def log_video(frames: np.ndarray, path: str, writer, global_step: int, fps: int 
     writer.add_video("eval/video", small, global_step, fps=fps)
 
 
-def save_checkpoint(path: str, agent: MultiAgentTransformer, value_norm, optimizer, args: Args, global_step: int):
+def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Args, global_step: int):
     torch.save(
         {
             "agent": agent.state_dict(),
@@ -734,8 +776,12 @@ def load_checkpoint(path: str, device: torch.device) -> dict:
     try:
         checkpoint = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:
-        raise SystemExit(f"error: cannot read checkpoint {path}: {type(e).__name__}: {str(e).splitlines()[0]}")
-    missing = {"agent", "value_norm", "optimizer", "args", "global_step"} - set(checkpoint if isinstance(checkpoint, dict) else {})
+        raise SystemExit(
+            f"error: cannot read checkpoint {path}: {type(e).__name__}: {str(e).splitlines()[0]}"
+        ) from None
+    missing = {"agent", "value_norm", "optimizer", "args", "global_step"} - set(
+        checkpoint if isinstance(checkpoint, dict) else {}
+    )
     if missing:
         raise SystemExit(f"error: {path} is not a {Args.exp_name} checkpoint (missing {sorted(missing)})")
     return checkpoint
@@ -748,13 +794,13 @@ def build_agent(spec: EnvSpec, args: Args, device: torch.device):
     return agent, value_norm, optimizer
 
 
-def restore(checkpoint: dict, agent: MultiAgentTransformer, value_norm, optimizer, path: str):
+def restore(checkpoint: dict, agent: nn.Module, value_norm, optimizer, path: str):
     try:
         agent.load_state_dict(checkpoint["agent"])
         value_norm.load_state_dict(checkpoint["value_norm"])
         optimizer.load_state_dict(checkpoint["optimizer"])
     except (RuntimeError, ValueError, KeyError) as e:
-        raise SystemExit(f"error: checkpoint {path} does not fit this model: {str(e).splitlines()[0]}")
+        raise SystemExit(f"error: checkpoint {path} does not fit this model: {str(e).splitlines()[0]}") from None
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -769,14 +815,34 @@ def check_args(args: Args):
         (args.n_rollout_threads < 1, "--n-rollout-threads must be at least 1"),
         (args.n_agents < 1, "--n-agents must be at least 1"),
         (args.episode_length < 1 or args.max_cycles < 1, "--episode-length and --max-cycles must be at least 1"),
-        (args.num_mini_batch < 1 or batch % args.num_mini_batch != 0,
-         f"--num-mini-batch {args.num_mini_batch} does not divide the rollout of {batch} env steps "
-         f"(episode_length {args.episode_length} x n_rollout_threads {args.n_rollout_threads})"),
-        (args.eval_checkpoint is None and args.total_timesteps < batch,
-         f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} env steps)"),
+        (
+            args.env_id != "simple_spread_v3"
+            and (args.num_agent_neighbors is not None or args.num_landmark_neighbors is not None),
+            f"--num-agent-neighbors and --num-landmark-neighbors apply to simple_spread_v3 only, not {args.env_id}",
+        ),
+        (
+            args.num_agent_neighbors is not None and not 1 <= args.num_agent_neighbors <= args.n_agents - 1,
+            f"--num-agent-neighbors must be between 1 and n_agents - 1 = {args.n_agents - 1}",
+        ),
+        (
+            args.num_landmark_neighbors is not None and not 1 <= args.num_landmark_neighbors <= args.n_agents,
+            f"--num-landmark-neighbors must be between 1 and the {args.n_agents} landmarks",
+        ),
+        (
+            args.num_mini_batch < 1 or batch % args.num_mini_batch != 0,
+            f"--num-mini-batch {args.num_mini_batch} does not divide the rollout of {batch} env steps "
+            f"(episode_length {args.episode_length} x n_rollout_threads {args.n_rollout_threads})",
+        ),
+        (
+            args.eval_checkpoint is None and args.total_timesteps < batch,
+            f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} env steps)",
+        ),
         (args.n_eval_episodes < 1, "--n-eval-episodes must be at least 1"),
         (args.n_block < 1 or args.n_embd < 1, "--n-block and --n-embd must be at least 1"),
-        (args.n_head < 1 or args.n_embd % args.n_head != 0, f"--n-head {args.n_head} does not divide --n-embd {args.n_embd}"),
+        (
+            args.n_head < 1 or args.n_embd % args.n_head != 0,
+            f"--n-head {args.n_head} does not divide --n-embd {args.n_embd}",
+        ),
     ]
     for failed, message in problems:
         if failed:
@@ -796,9 +862,80 @@ def seed_everything(seed: int, torch_deterministic: bool):
     torch.backends.cudnn.deterministic = torch_deterministic
 
 
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """Runs the block with `n` torch threads, then restores the previous count."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+class EpisodeReturns:
+    """Per-agent returns of the training envs' episodes; `pop()` gives those ended since the last call."""
+
+    def __init__(self, n_envs: int, n_agents: int):
+        self.running = np.zeros((n_envs, n_agents))
+        self.ended = np.zeros((0, n_agents))
+
+    def add(self, rewards: np.ndarray, ended: np.ndarray):
+        self.running += rewards
+        self.ended = np.concatenate([self.ended, self.running[ended]])
+        self.running[ended] = 0.0
+
+    def pop(self) -> np.ndarray:
+        """(n_episodes, n_agents) returns of the episodes ended since the last call."""
+        ended, self.ended = self.ended, self.ended[:0]
+        return ended
+
+
+def start_logging(run_name: str, args: Args):
+    """A TensorBoard writer for `runs/{run_name}` with a table of the arguments; mirrored to wandb with --track."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    writer = SummaryWriter(f"runs/{run_name}")
+    table = "\n".join(f"|{k}|{v}|" for k, v in vars(args).items())
+    writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+    return writer
+
+
+def log_iteration(writer, global_step: int, sps: int, lr: float, losses: dict, episode_returns: np.ndarray, agents):
+    writer.add_scalar("charts/SPS", sps, global_step)
+    writer.add_scalar("charts/learning_rate", lr, global_step)
+    for name, value in losses.items():
+        writer.add_scalar(f"losses/{name}", value, global_step)
+    if len(episode_returns):
+        writer.add_scalar("charts/episodic_return", episode_returns.mean(), global_step)
+        writer.add_scalar("charts/team_return", episode_returns.sum(axis=1).mean(), global_step)
+        for name, r in zip(agents, episode_returns.mean(axis=0)):
+            writer.add_scalar(f"charts/episodic_return_{name}", r, global_step)
+
+
 def format_time(seconds: float) -> str:
     minutes, seconds = divmod(int(seconds), 60)
     return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{seconds:02d}s"
+
+
+def progress_line(global_step: int, total_steps: int, sps: int, train_return: float, eval_return: float, losses: dict):
+    eta = (total_steps - global_step) / max(sps, 1)
+    return (
+        f"step {global_step:>9,}/{total_steps:,} | SPS {sps:>5} | episodic_return {train_return:7.2f} | "
+        f"eval {eval_return:7.2f} | value_loss {losses['value_loss']:.4f} | entropy {losses['entropy']:.3f} | "
+        f"ETA {format_time(eta)}"
+    )
 
 
 def run_evaluation_only(args: Args, device: torch.device):
@@ -807,17 +944,15 @@ def run_evaluation_only(args: Args, device: torch.device):
     saved = {k: v for k, v in checkpoint["args"].items() if k in {f.name for f in dataclasses.fields(Args)}}
     keep = ("eval_checkpoint", "n_eval_episodes", "capture_video", "seed", "cuda", "n_workers")
     args = dataclasses.replace(Args(**saved), **{k: getattr(args, k) for k in keep})
-    envs = VecEnv(args.env_id, args.n_eval_episodes, args.n_workers, args.seed + 100_000, args.n_agents, args.max_cycles)
-    try:
+    with VecEnv(args.env_id, scenario_kwargs(args), args.n_eval_episodes, args.n_workers, args.seed + 100_000) as envs:
         agent, value_norm, optimizer = build_agent(envs.spec, args, device)
         restore(checkpoint, agent, value_norm, optimizer, args.eval_checkpoint)
         returns = evaluate(agent, envs, device)
-    finally:
-        envs.close()
-    per_agent = returns.mean(axis=0)
-    print(f"{args.eval_checkpoint} (trained {checkpoint['global_step']} steps on {args.env_id}): "
-          f"eval episodic_return {returns.mean():.3f} +- {returns.mean(axis=1).std():.3f} over {len(returns)} episodes; "
-          + ", ".join(f"{a} {r:.3f}" for a, r in zip(envs.spec.agents, per_agent)))
+    per_agent = ", ".join(f"{a} {r:.3f}" for a, r in zip(envs.spec.agents, returns.mean(axis=0)))
+    print(
+        f"{args.eval_checkpoint} (trained {checkpoint['global_step']} steps on {args.env_id}): eval episodic_return "
+        f"{returns.mean():.3f} +- {returns.mean(axis=1).std():.3f} over {len(returns)} episodes; {per_agent}"
+    )
     if args.capture_video:
         from torch.utils.tensorboard import SummaryWriter
 
@@ -838,119 +973,91 @@ def main(args: Args) -> dict:
         run_evaluation_only(args, device)
         return {}
 
-    from torch.utils.tensorboard import SummaryWriter
-
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    if args.track:
-        import wandb
-
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=vars(args), name=run_name, save_code=True)
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text(
-        "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items())
-    )
-
     T, n_envs = args.episode_length, args.n_rollout_threads
-    steps_per_iteration = T * n_envs
-    num_iterations = args.total_timesteps // steps_per_iteration
-    envs = VecEnv(args.env_id, n_envs, args.n_workers, args.seed, args.n_agents, args.max_cycles)
-    eval_envs = VecEnv(args.env_id, args.n_eval_episodes, args.n_workers, args.seed + 100_000, args.n_agents,
-                       args.max_cycles)
-    spec, n_agents = envs.spec, len(envs.spec.agents)
-    # The env workers take every core while they step, so acting uses one torch thread: more would spin-wait
-    # against the workers and halve the rollout speed. The update runs while the workers idle, so it gets
-    # torch's default number of threads (one per physical core).
+    num_iterations = args.total_timesteps // (T * n_envs)
+    scenario = scenario_kwargs(args)
+    # Acting runs while the env workers take every core, so it gets one torch thread (more would spin-wait
+    # against the workers); the update runs while they idle, so it gets torch's default, one per core.
     update_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        agent, value_norm, optimizer = build_agent(spec, args, device)
-        buffer = RolloutBuffer(T, n_envs, spec, device)
+    with (
+        VecEnv(args.env_id, scenario, n_envs, args.n_workers, args.seed) as envs,
+        VecEnv(args.env_id, scenario, args.n_eval_episodes, args.n_workers, args.seed + 100_000) as eval_envs,
+        start_logging(run_name, args) as writer,
+        torch_threads(1),
+    ):
+        agent, value_norm, optimizer = build_agent(envs.spec, args, device)
+        buffer = RolloutBuffer(T, n_envs, envs.spec, device)
         obs, _ = envs.reset()
         buffer.obs[0] = torch.from_numpy(obs)
-        running_returns = np.zeros((n_envs, n_agents))
-        finished_returns = []  # per-agent returns of the episodes finished since the last log
+        episode_returns = EpisodeReturns(n_envs, len(envs.spec.agents))
         best_eval, eval_return = -np.inf, float("nan")
         global_step, start_time, next_log, next_eval = 0, time.time(), args.log_interval, 0
-        losses = {}
 
         for iteration in range(1, num_iterations + 1):
             if args.linear_lr_decay:
                 optimizer.param_groups[0]["lr"] = args.lr * (1.0 - (iteration - 1.0) / num_iterations)
 
+            # 1. Collect a rollout: T steps of every env with the current policy
             with torch.no_grad():
                 for t in range(T):
                     actions, logprobs = agent.act(buffer.obs[t])
                     step = envs.step(actions.cpu().numpy())
                     global_step += n_envs
-
                     rewards = torch.from_numpy(step.rewards).to(device)
-                    if args.team_reward:
-                        rewards = rewards.mean(dim=1, keepdim=True).expand(-1, n_agents)
-                    buffer.actions[t], buffer.logprobs[t], buffer.rewards[t] = actions, logprobs, rewards
-                    buffer.terminated[t] = torch.from_numpy(step.terminated)
-                    buffer.truncated[t] = torch.from_numpy(step.truncated)
-                    buffer.obs[t + 1] = torch.from_numpy(step.obs)
-                    buffer.final_obs[t] = torch.from_numpy(step.final_obs)
-                    running_returns += step.rewards
-                    ended = (step.terminated | step.truncated).all(axis=1)
-                    if ended.any():
-                        finished_returns.extend(running_returns[ended])
-                        running_returns[ended] = 0.0
+                    if args.team_reward:  # every agent learns from the team's mean reward
+                        rewards = rewards.mean(dim=1, keepdim=True).expand_as(rewards)
+                    buffer.insert(t, actions, logprobs, rewards, step)
+                    episode_returns.add(step.rewards, step.ended)
 
+                # 2. Values and advantages
                 buffer.compute_values(agent, value_norm)
-                advantages, returns = compute_gae(buffer.rewards, buffer.values, buffer.final_values,
-                                                  buffer.terminated, buffer.truncated, args.gamma, args.gae_lambda)
+                advantages, returns = compute_gae(
+                    buffer.rewards,
+                    buffer.values,
+                    buffer.final_values,
+                    buffer.terminated,
+                    buffer.truncated,
+                    args.gamma,
+                    args.gae_lambda,
+                )
 
-            torch.set_num_threads(update_threads)
-            losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
-            torch.set_num_threads(1)
+            # 3. PPO update, on every core
+            with torch_threads(update_threads):
+                losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
             losses["explained_variance"] = explained_variance(buffer.values[:-1], returns)
             buffer.start_next_rollout()
 
+            # 4. Log the iteration
             sps = int(global_step / (time.time() - start_time))
-            writer.add_scalar("charts/SPS", sps, global_step)
-            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-            for name, value in losses.items():
-                writer.add_scalar(f"losses/{name}", value, global_step)
-            if finished_returns:
-                episode_returns = np.array(finished_returns)  # (n_episodes, n_agents)
-                writer.add_scalar("charts/episodic_return", episode_returns.mean(), global_step)
-                writer.add_scalar("charts/team_return", episode_returns.sum(axis=1).mean(), global_step)
-                for name, r in zip(spec.agents, episode_returns.mean(axis=0)):
-                    writer.add_scalar(f"charts/episodic_return_{name}", r, global_step)
+            ended_returns = episode_returns.pop()  # (n_episodes, n_agents) of the episodes this rollout ended
+            lr = optimizer.param_groups[0]["lr"]
+            log_iteration(writer, global_step, sps, lr, losses, ended_returns, envs.spec.agents)
 
-            if global_step >= next_eval or iteration == num_iterations:
+            # 5. Evaluate the greedy policy, keeping the best model
+            last = iteration == num_iterations
+            if global_step >= next_eval or last:
                 next_eval += args.eval_interval
                 eval_return = evaluate(agent, eval_envs, device).mean()
                 writer.add_scalar("eval/episodic_return", eval_return, global_step)
                 if eval_return > best_eval:
                     best_eval = eval_return
                     if args.save_model:
-                        save_checkpoint(f"runs/{run_name}/best_model.pt", agent, value_norm, optimizer, args, global_step)
+                        path = f"runs/{run_name}/best_model.pt"
+                        save_checkpoint(path, agent, value_norm, optimizer, args, global_step)
                 if args.capture_video:
                     frames = record_episode(agent, args, device, args.seed + 100_000)
                     log_video(frames, f"videos/{run_name}/eval_{global_step}.mp4", writer, global_step)
 
-            if global_step >= next_log or iteration == num_iterations:
+            if global_step >= next_log or last:
                 next_log += args.log_interval
-                train_return = np.mean(finished_returns) if finished_returns else float("nan")
-                eta = (args.total_timesteps - global_step) / max(sps, 1)
-                print(f"step {global_step:>9,}/{num_iterations * steps_per_iteration:,} | SPS {sps:>5} | "
-                      f"episodic_return {train_return:7.2f} | eval {eval_return:7.2f} | "
-                      f"value_loss {losses['value_loss']:.4f} | entropy {losses['entropy']:.3f} | "
-                      f"ETA {format_time(eta)}")
-            finished_returns.clear()
+                train_return = ended_returns.mean() if len(ended_returns) else float("nan")
+                print(progress_line(global_step, num_iterations * T * n_envs, sps, train_return, eval_return, losses))
 
         if args.save_model:
             path = f"runs/{run_name}/model.pt"
             save_checkpoint(path, agent, value_norm, optimizer, args, global_step)
             print(f"model saved to {path} (best eval {best_eval:.3f} in best_model.pt)")
-    finally:
-        envs.close()
-        eval_envs.close()
-        writer.close()
-        torch.set_num_threads(update_threads)
     return {"run_name": run_name, "losses": losses, "best_eval": best_eval, "global_step": global_step}
 
 

@@ -8,8 +8,20 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-TINY = ["--total-timesteps", "200", "--n-rollout-threads", "4", "--n-eval-episodes", "2", "--eval-interval", "100",
-        "--log-interval", "100", "--ppo-epoch", "2"]
+TINY = [
+    "--total-timesteps",
+    "200",
+    "--n-rollout-threads",
+    "4",
+    "--n-eval-episodes",
+    "2",
+    "--eval-interval",
+    "100",
+    "--log-interval",
+    "100",
+    "--ppo-epoch",
+    "2",
+]
 
 
 @pytest.fixture
@@ -19,8 +31,9 @@ def run_script(request):
 
     def run(cwd, *flags, check=True) -> subprocess.CompletedProcess:
         env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
-        result = subprocess.run([sys.executable, script, *flags], cwd=cwd, capture_output=True, text=True,
-                                timeout=300, env=env)
+        result = subprocess.run(
+            [sys.executable, script, *flags], cwd=cwd, capture_output=True, text=True, timeout=300, env=env
+        )
         if check:
             assert result.returncode == 0, result.stderr[-3000:]
         return result
@@ -42,8 +55,9 @@ def save_then_test_mode(run_script, cwd, *train_flags) -> tuple[str, subprocess.
     (run_name,) = os.listdir(cwd / "runs")
     run_dir = cwd / "runs" / run_name
     assert {"model.pt", "best_model.pt"} <= set(os.listdir(run_dir))
-    result = run_script(cwd, "--eval-checkpoint", str(run_dir / "model.pt"), "--n-eval-episodes", "3",
-                        "--capture-video")
+    result = run_script(
+        cwd, "--eval-checkpoint", str(run_dir / "model.pt"), "--n-eval-episodes", "3", "--capture-video"
+    )
     assert "trained 200 steps on simple_spread_v3" in result.stdout and "over 3 episodes" in result.stdout
     (video,) = os.listdir(cwd / "videos" / run_name)
     assert video == "test_200.mp4" and os.path.getsize(cwd / "videos" / run_name / video) > 1000

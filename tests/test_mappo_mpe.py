@@ -14,8 +14,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 SCRIPT = "mappo_mpe.py"  # run end to end by the run_script fixture (conftest.py)
 
-import mappo_mpe as m  # noqa: E402
 from conftest import TINY, assert_one_line_error, save_then_test_mode  # noqa: E402
+
+import mappo_mpe as m  # noqa: E402
 
 SCENARIOS = {
     # env_id: (agents, obs dims, action dims, state dim)
@@ -25,9 +26,25 @@ SCENARIOS = {
 }
 
 
+def scenario(env_id: str = "simple_spread_v3", **args) -> dict:
+    """The mpe2 keyword arguments the script derives from its Args."""
+    return m.scenario_kwargs(m.Args(env_id=env_id, **args))
+
+
+def env_spec(env_id: str = "simple_spread_v3", **args) -> m.EnvSpec:
+    return m.get_env_spec(env_id, scenario(env_id, **args))
+
+
 def tiny_args(**overrides) -> m.Args:
-    defaults = dict(total_timesteps=200, n_rollout_threads=4, n_workers=2, n_eval_episodes=2, eval_interval=100,
-                    log_interval=100, ppo_epoch=2)
+    defaults = dict(
+        total_timesteps=200,
+        n_rollout_threads=4,
+        n_workers=2,
+        n_eval_episodes=2,
+        eval_interval=100,
+        log_interval=100,
+        ppo_epoch=2,
+    )
     return m.Args(**{**defaults, **overrides})
 
 
@@ -39,11 +56,38 @@ def tiny_args(**overrides) -> m.Args:
 @pytest.mark.parametrize("env_id", SCENARIOS)
 def test_env_spec(env_id):
     agents, obs_dims, action_dims, state_dim = SCENARIOS[env_id]
-    spec = m.get_env_spec(env_id, 3, 25)
+    spec = env_spec(env_id)
     assert spec.agents == agents
     assert spec.obs_dim == max(obs_dims) and spec.action_dim == max(action_dims) and spec.state_dim == state_dim
     expected_mask = np.array([[a < n for a in range(max(action_dims))] for n in action_dims])
     np.testing.assert_array_equal(spec.avail_actions, expected_mask)
+
+
+@pytest.mark.parametrize("agent_neighbors,landmark_neighbors,obs_dim", [(1, 1, 10), (2, 1, 14), (1, 3, 14)])
+def test_partial_observability_sizes(agent_neighbors, landmark_neighbors, obs_dim):
+    """Velocity and position (4), 2 per observed landmark, 2 + 2 (position, message) per observed agent; the
+    state joins the agents' observations."""
+    spec = env_spec(num_agent_neighbors=agent_neighbors, num_landmark_neighbors=landmark_neighbors)
+    assert spec.obs_dim == 4 + 2 * landmark_neighbors + 4 * agent_neighbors == obs_dim
+    assert spec.state_dim == 3 * obs_dim
+    envs = m.VecEnv("simple_spread_v3", scenario(num_agent_neighbors=agent_neighbors), 2, n_workers=1, seed=0)
+    with envs:
+        obs, state = envs.reset()
+    assert obs.shape == (2, 3, 4 + 2 * 3 + 4 * agent_neighbors) and state.shape == (2, 3 * obs.shape[-1])
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (dict(env_id="simple_reference_v3", num_agent_neighbors=1), "apply to simple_spread_v3 only"),
+        (dict(env_id="simple_speaker_listener_v4", num_landmark_neighbors=1), "apply to simple_spread_v3 only"),
+        (dict(num_agent_neighbors=3), "between 1 and n_agents - 1 = 2"),
+        (dict(num_landmark_neighbors=0), "between 1 and the 3 landmarks"),
+    ],
+)
+def test_partial_observability_flags_are_checked(overrides, message):
+    with pytest.raises(SystemExit, match=message):
+        m.check_args(tiny_args(**overrides))
 
 
 @pytest.mark.parametrize("env_id", SCENARIOS)
@@ -52,7 +96,7 @@ def test_step_env_steps_exactly_like_mpe2_parallel_env(env_id):
     observations, state, rewards and episode ends must stay those of mpe2's own parallel env and its state()."""
     agents, obs_dims, action_dims, _ = SCENARIOS[env_id]
     obs_dim = max(obs_dims)
-    ours = m.make_env(env_id, 3, 25)
+    ours = m.make_env(env_id, scenario(env_id))
     theirs = importlib.import_module(f"mpe2.{env_id}").parallel_env(max_cycles=25)
     obs, state = m.reset_env(ours, obs_dim, seed=4)
     expected_obs, _ = theirs.reset(seed=4)
@@ -79,7 +123,7 @@ def test_step_env_steps_exactly_like_mpe2_parallel_env(env_id):
 def test_vec_env_shapes_padding_and_auto_reset(env_id):
     agents, obs_dims, action_dims, state_dim = SCENARIOS[env_id]
     n_envs, n_agents, max_cycles = 3, len(agents), 4
-    envs = m.VecEnv(env_id, n_envs, n_workers=2, seed=0, max_cycles=max_cycles)
+    envs = m.VecEnv(env_id, scenario(env_id, max_cycles=max_cycles), n_envs, n_workers=2, seed=0)
     try:
         obs, state = envs.reset()
         assert obs.shape == (n_envs, n_agents, max(obs_dims)) and obs.dtype == np.float32
@@ -87,8 +131,9 @@ def test_vec_env_shapes_padding_and_auto_reset(env_id):
         for i, d in enumerate(obs_dims):  # padding of smaller observations is exactly zero
             assert np.all(obs[:, i, d:] == 0)
         # the state is the env's own: the concatenation of the agents' unpadded observations in MPE
-        np.testing.assert_allclose(state, np.concatenate([obs[:, i, :d] for i, d in enumerate(obs_dims)], axis=1),
-                                   rtol=1e-6)
+        np.testing.assert_allclose(
+            state, np.concatenate([obs[:, i, :d] for i, d in enumerate(obs_dims)], axis=1), rtol=1e-6
+        )
         actions = np.zeros((n_envs, n_agents), dtype=np.int64)
         for t in range(max_cycles):
             step = envs.step(actions)
@@ -110,8 +155,8 @@ def test_vec_env_shapes_padding_and_auto_reset(env_id):
 
 
 def test_vec_env_seeding_is_per_env_and_repeatable():
-    a = m.VecEnv("simple_spread_v3", 4, n_workers=2, seed=7)
-    b = m.VecEnv("simple_spread_v3", 4, n_workers=1, seed=7)
+    a = m.VecEnv("simple_spread_v3", scenario(), 4, n_workers=2, seed=7)
+    b = m.VecEnv("simple_spread_v3", scenario(), 4, n_workers=1, seed=7)
     try:
         obs_a, _ = a.reset()
         obs_b, _ = b.reset()
@@ -123,7 +168,7 @@ def test_vec_env_seeding_is_per_env_and_repeatable():
 
 
 def test_dead_worker_raises_quickly():
-    envs = m.VecEnv("simple_spread_v3", 4, n_workers=2, seed=0)
+    envs = m.VecEnv("simple_spread_v3", scenario(), 4, n_workers=2, seed=0)
     envs.reset()
     envs.processes[1].kill()
     start = time.time()
@@ -134,7 +179,7 @@ def test_dead_worker_raises_quickly():
 
 
 def test_worker_error_is_reported():
-    envs = m.VecEnv("simple_spread_v3", 2, n_workers=1, seed=0)
+    envs = m.VecEnv("simple_spread_v3", scenario(), 2, n_workers=1, seed=0)
     envs.reset()
     message = "env worker 0 failed: ValueError: action 99 is not one of the 5 actions of agent_0"
     with pytest.raises(RuntimeError, match=message):
@@ -149,7 +194,7 @@ def test_worker_error_is_reported():
 
 @pytest.mark.parametrize("state_type,critic_features", [("EP", 54), ("FP", 54 + 3), ("AS", 54 + 18 + 3)])
 def test_critic_input_and_value_shapes(state_type, critic_features):
-    spec = m.get_env_spec("simple_spread_v3", 3, 25)
+    spec = env_spec()
     agent = m.Agent(spec, m.Args(state_type=state_type))
     obs, state = torch.randn(5, 3, 18), torch.randn(5, 54)
     x = agent.critic_input(obs, state)
@@ -160,21 +205,32 @@ def test_critic_input_and_value_shapes(state_type, critic_features):
     assert agent.get_value(obs, state).shape == (5, 3)
 
 
-@pytest.mark.parametrize("activation, act_type, gain", [("tanh", torch.nn.Tanh, 5 / 3), ("relu", torch.nn.ReLU, 2**0.5)])
+@pytest.mark.parametrize(
+    "activation, act_type, gain", [("tanh", torch.nn.Tanh, 5 / 3), ("relu", torch.nn.ReLU, 2**0.5)]
+)
 def test_mlp_activation_and_orthogonal_init_gains(activation, act_type, gain):
-    net = m.mlp(18, 5, 0.01, m.Args(activation=activation))
+    trunk, out_layer = m.mlp_net(18, 5, 0.01, m.Args(activation=activation))
     nn = torch.nn
-    assert [type(layer) for layer in net] == [nn.LayerNorm, nn.Linear, act_type, nn.LayerNorm, nn.Linear, act_type,
-                                              nn.LayerNorm, nn.Linear]
+    layers = [*trunk, out_layer]
+    assert [type(layer) for layer in layers] == [
+        nn.LayerNorm,
+        nn.Linear,
+        act_type,
+        nn.LayerNorm,
+        nn.Linear,
+        act_type,
+        nn.LayerNorm,
+        nn.Linear,
+    ]
     # weights (64, 18), (64, 64), (5, 64): orthogonal rows or columns, scaled by the layer's gain
-    first, hidden, out = (layer.weight.detach() for layer in net if isinstance(layer, nn.Linear))
+    first, hidden, out = (layer.weight.detach() for layer in layers if isinstance(layer, nn.Linear))
     torch.testing.assert_close(first.T @ first, gain**2 * torch.eye(18), atol=1e-5, rtol=0)
     torch.testing.assert_close(hidden @ hidden.T, gain**2 * torch.eye(64), atol=1e-5, rtol=0)
     torch.testing.assert_close(out @ out.T, 0.01**2 * torch.eye(5), atol=1e-7, rtol=0)
 
 
 def test_separate_actors_have_their_own_parameters():
-    spec = m.get_env_spec("simple_speaker_listener_v4", 3, 25)
+    spec = env_spec("simple_speaker_listener_v4")
     shared, separate = m.Agent(spec, m.Args(separate_actors=False)), m.Agent(spec, m.Args(separate_actors=True))
     assert len(shared.actors) == 1 and len(separate.actors) == 2
     obs = torch.randn(4, 2, 11)
@@ -188,7 +244,7 @@ def test_separate_actors_have_their_own_parameters():
 
 
 def test_masked_actions_are_never_sampled():
-    spec = m.get_env_spec("simple_speaker_listener_v4", 3, 25)
+    spec = env_spec("simple_speaker_listener_v4")
     torch.manual_seed(0)
     agent = m.Agent(spec, m.Args(separate_actors=True))
     with torch.no_grad():  # make the unavailable speaker actions the most attractive ones
@@ -252,8 +308,9 @@ def test_gae_matches_reference_loop_with_truncation_and_termination():
     truncated[4, 0] = truncated[11, 1] = truncated[2, 2] = True
     terminated[6, 0] = terminated[11, 2] = terminated[8, 3] = True
     as_t = lambda x: torch.as_tensor(x)  # noqa: E731
-    adv, ret = m.compute_gae(as_t(rewards), as_t(values), as_t(final_values), as_t(terminated), as_t(truncated),
-                             0.99, 0.95)
+    adv, ret = m.compute_gae(
+        as_t(rewards), as_t(values), as_t(final_values), as_t(terminated), as_t(truncated), 0.99, 0.95
+    )
     ref_adv, ref_ret = reference_gae(rewards, values, final_values, terminated, truncated, 0.99, 0.95)
     np.testing.assert_allclose(adv.numpy(), ref_adv, rtol=1e-12)
     np.testing.assert_allclose(ret.numpy(), ref_ret, rtol=1e-12)
@@ -291,7 +348,7 @@ def test_value_loss_huber_and_clipping():
 def test_first_ppo_epoch_starts_on_policy():
     """Before any update the new policy is the old one: ratio 1, clipfrac 0 in the first minibatch."""
     torch.manual_seed(0)
-    spec = m.get_env_spec("simple_spread_v3", 3, 25)
+    spec = env_spec()
     args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0)
     agent, value_norm, optimizer = m.build_agent(spec, args, torch.device("cpu"))
     buffer = m.RolloutBuffer(5, 2, spec, torch.device("cpu"))
@@ -326,7 +383,7 @@ def test_minibatch_indices_partition_the_batch(num_mini_batch):
 
 
 def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
-    spec = m.get_env_spec("simple_speaker_listener_v4", 3, 25)
+    spec = env_spec("simple_speaker_listener_v4")
     args = m.Args(env_id="simple_speaker_listener_v4", separate_actors=True)
     torch.manual_seed(1)
     agent, value_norm, optimizer = m.build_agent(spec, args, torch.device("cpu"))
@@ -350,14 +407,18 @@ def test_corrupt_or_foreign_checkpoint_is_a_one_line_error(tmp_path):
     corrupt.write_bytes(b"not a checkpoint")
     foreign = tmp_path / "foreign.pt"
     torch.save({"weights": torch.zeros(1)}, foreign)
-    for path, message in [(corrupt, "cannot read checkpoint"), (foreign, "is not a"), (tmp_path / "no.pt", "not found")]:
+    for path, message in [
+        (corrupt, "cannot read checkpoint"),
+        (foreign, "is not a"),
+        (tmp_path / "no.pt", "not found"),
+    ]:
         with pytest.raises(SystemExit, match=message) as e:
             m.load_checkpoint(str(path), torch.device("cpu"))
         assert "\n" not in str(e.value)
 
 
 def test_checkpoint_from_another_model_is_a_one_line_error(tmp_path):
-    spec = m.get_env_spec("simple_spread_v3", 3, 25)
+    spec = env_spec()
     agent, value_norm, optimizer = m.build_agent(spec, m.Args(), torch.device("cpu"))
     path = str(tmp_path / "model.pt")
     m.save_checkpoint(path, agent, value_norm, optimizer, m.Args(), 0)
@@ -433,7 +494,7 @@ def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
 
 
 def test_record_episode_frames():
-    spec = m.get_env_spec("simple_spread_v3", 3, 5)
+    spec = env_spec(max_cycles=5)
     agent = m.Agent(spec, m.Args())
     frames = m.record_episode(agent, m.Args(max_cycles=5), torch.device("cpu"), seed=0)
     assert frames.shape == (6, 700, 700, 3) and frames.dtype == np.uint8

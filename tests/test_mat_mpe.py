@@ -12,9 +12,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 SCRIPT = "mat_mpe.py"  # run end to end by the run_script fixture (conftest.py)
 
+from conftest import TINY, assert_one_line_error, save_then_test_mode  # noqa: E402
+
 import mappo_mpe  # noqa: E402
 import mat_mpe as m  # noqa: E402
-from conftest import TINY, assert_one_line_error, save_then_test_mode  # noqa: E402
 
 SCENARIOS = {
     # env_id: (n_agents, padded obs dim, action dim, action dims per agent)
@@ -24,9 +25,18 @@ SCENARIOS = {
 }
 
 
+def scenario(env_id: str = "simple_spread_v3", **args) -> dict:
+    """The mpe2 keyword arguments the script derives from its Args."""
+    return m.scenario_kwargs(m.Args(env_id=env_id, **args))
+
+
+def env_spec(env_id: str = "simple_spread_v3", **args) -> m.EnvSpec:
+    return m.get_env_spec(env_id, scenario(env_id, **args))
+
+
 def random_model(env_id="simple_spread_v3", n_agents=3, seed=0, **args) -> tuple[m.MultiAgentTransformer, m.EnvSpec]:
     """A model with large random weights, so that logits differ clearly between agents and actions."""
-    spec = m.get_env_spec(env_id, n_agents, 25)
+    spec = env_spec(env_id, n_agents=n_agents)
     torch.manual_seed(seed)
     model = m.MultiAgentTransformer(spec, m.Args(env_id=env_id, n_agents=n_agents, **args))
     randomize(model)
@@ -159,7 +169,7 @@ def test_encoder_follows_a_shuffled_agent_order():
 @pytest.mark.parametrize("env_id", SCENARIOS)
 def test_vec_env_shapes(env_id):
     n_agents, obs_dim, _, action_dims = SCENARIOS[env_id]
-    envs = m.VecEnv(env_id, 3, n_workers=2, seed=0, max_cycles=2)
+    envs = m.VecEnv(env_id, scenario(env_id, max_cycles=2), 3, n_workers=2, seed=0)
     try:
         obs, _ = envs.reset()
         assert obs.shape == (3, n_agents, obs_dim)
@@ -197,7 +207,7 @@ def test_first_ppo_epoch_starts_on_policy(shuffle_agents):
     With shuffled agent orders the teacher-forced pass conditions on other agents than the rollout did, so
     the ratio moves away from 1 even without an update."""
     torch.manual_seed(0)
-    spec = m.get_env_spec("simple_spread_v3", 3, 25)
+    spec = env_spec()
     args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0, shuffle_agents=shuffle_agents)
     agent, value_norm, optimizer = m.build_agent(spec, args, torch.device("cpu"))
     randomize(agent)
@@ -221,7 +231,7 @@ def test_first_ppo_epoch_starts_on_policy(shuffle_agents):
 
 
 def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
-    spec = m.get_env_spec("simple_speaker_listener_v4", 3, 25)
+    spec = env_spec("simple_speaker_listener_v4")
     args = m.Args(env_id="simple_speaker_listener_v4", n_block=2, n_head=2)
     torch.manual_seed(1)
     agent, value_norm, optimizer = m.build_agent(spec, args, torch.device("cpu"))
@@ -235,8 +245,10 @@ def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
     m.restore(checkpoint, restored, restored_norm, restored_opt, path)
     obs = torch.randn(64, 2, 11)
     torch.testing.assert_close(restored.act(obs, deterministic=True)[0], agent.act(obs, deterministic=True)[0])
-    torch.testing.assert_close(restored.evaluate_actions(obs, torch.zeros(64, 2, dtype=torch.long)),
-                               agent.evaluate_actions(obs, torch.zeros(64, 2, dtype=torch.long)))
+    torch.testing.assert_close(
+        restored.evaluate_actions(obs, torch.zeros(64, 2, dtype=torch.long)),
+        agent.evaluate_actions(obs, torch.zeros(64, 2, dtype=torch.long)),
+    )
     torch.testing.assert_close(restored_norm.mean_var()[0], value_norm.mean_var()[0])
     assert checkpoint["global_step"] == 123 and checkpoint["args"]["n_block"] == 2
 
