@@ -499,7 +499,7 @@ class RolloutBuffer:
         self.final_obs[t], self.final_state[t] = torch.from_numpy(step.final_obs), torch.from_numpy(step.final_state)
 
     @torch.no_grad()
-    def compute_values(self, agent: Agent, value_norm):
+    def compute_values(self, agent: nn.Module, value_norm):
         """All values of the rollout in one batched critic pass, on the scale of the returns."""
         value = lambda obs, state: value_norm.denormalize(agent.get_value(obs.flatten(0, 1), state.flatten(0, 1)))  # noqa: E731
         self.values[:] = value(self.obs, self.state).view_as(self.values)

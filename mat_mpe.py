@@ -592,7 +592,7 @@ class RolloutBuffer:
         self.obs[t + 1], self.final_obs[t] = torch.from_numpy(step.obs), torch.from_numpy(step.final_obs)
 
     @torch.no_grad()
-    def compute_values(self, agent: MultiAgentTransformer, value_norm):
+    def compute_values(self, agent: nn.Module, value_norm):
         """All values of the rollout in one batched encoder pass, on the scale of the returns."""
         value = lambda obs: value_norm.denormalize(agent.get_value(obs.flatten(0, 1)))  # noqa: E731
         self.values[:] = value(self.obs).view_as(self.values)

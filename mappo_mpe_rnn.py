@@ -1,0 +1,1043 @@
+"""Recurrent MAPPO (rMAPPO, Yu et al., 2022) for the cooperative PettingZoo MPE scenarios, in one file.
+
+`mappo_mpe.py` with a GRU in the actor and in the critic, as the official MAPPO runs MPE. The GRUs carry a
+hidden state from step to step and zero it at every episode start; training replays each env's rollout from
+the hidden states stored at its first step. Read top to bottom: arguments, vectorized environments,
+networks, value normalization, rollout buffer and GAE, the PPO update, evaluation and checkpoints, then the
+training loop in `main()`.
+
+    python mappo_mpe_rnn.py                               # simple_spread_v3, 3 agents
+    python mappo_mpe_rnn.py --num-agent-neighbors 1 --num-landmark-neighbors 1   # partial observability
+    python mappo_mpe_rnn.py --eval-checkpoint runs/<run_name>/model.pt --capture-video
+"""
+
+import contextlib
+import dataclasses
+import importlib
+import multiprocessing as mp
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import tyro
+from torch.distributions import Categorical
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment (env k of the vector uses seed + k)"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = False
+    """if toggled, use the GPU when one is available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "mappo-mpe"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """if toggled, record one evaluation episode per evaluation to `videos/{run_name}` and TensorBoard"""
+    save_model: bool = False
+    """if toggled, save the final and the best-evaluated checkpoint to `runs/{run_name}`"""
+    eval_checkpoint: str | None = None
+    """test mode: load this checkpoint, run the evaluation episodes and exit without training"""
+
+    # Environment
+    env_id: Literal["simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4"] = "simple_spread_v3"
+    """the MPE scenario"""
+    n_agents: int = 3
+    """number of agents (and landmarks) in simple_spread_v3; the other scenarios have a fixed team"""
+    num_agent_neighbors: int | None = None
+    """simple_spread_v3 only: each agent observes only its nearest K other agents (default: all)"""
+    num_landmark_neighbors: int | None = None
+    """simple_spread_v3 only: each agent observes only its nearest K landmarks (default: all)"""
+    max_cycles: int = 25
+    """steps before an episode is truncated"""
+    n_rollout_threads: int = 32
+    """number of parallel environments"""
+    n_workers: int = 0
+    """worker processes that step the environments (0: one per CPU core, at most n_rollout_threads)"""
+
+    # Algorithm
+    total_timesteps: int = 2_000_000
+    """total environment steps (each step of one env counts once, whatever the number of agents)"""
+    episode_length: int = 25
+    """steps per environment per rollout"""
+    lr: float = 7e-4
+    """learning rate of the actor and the critic"""
+    linear_lr_decay: bool = False
+    """if toggled, the learning rate decays linearly to 0 over training"""
+    ppo_epoch: int = 10
+    """passes over each rollout"""
+    num_mini_batch: int = 1
+    """minibatches per pass, each a set of whole envs; must divide n_rollout_threads"""
+    clip: float = 0.2
+    """PPO clipping range of the policy ratio and of the value change"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """lambda of generalized advantage estimation"""
+    ent_coef: float = 0.01
+    """coefficient of the entropy bonus"""
+    vf_coef: float = 1.0
+    """coefficient of the value loss"""
+    max_grad_norm: float = 10.0
+    """gradient norm clip, applied to the actor and the critic separately"""
+    hidden_size: int = 64
+    """width of the two hidden layers and of the GRU of the actor and the critic"""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """hidden-layer activation: tanh as the official spread runs, relu as its reference and speaker-listener runs"""
+    use_valuenorm: bool = True
+    """if toggled, the critic learns returns normalized by running statistics (ValueNorm)"""
+    huber_delta: float = 10.0
+    """delta of the Huber value loss (on normalized returns)"""
+    clipped_value_loss: bool = True
+    """if toggled, the value loss is the larger of the plain and the clipped-prediction loss"""
+    feature_norm: bool = True
+    """if toggled, LayerNorm is applied to the network inputs"""
+    use_agent_id: bool = True
+    """if toggled, the actor sees a one-hot agent id after its observation"""
+    state_type: Literal["EP", "FP", "AS"] = "EP"
+    """critic input: EP env.state() once per env; FP state + agent id; AS state + own obs + agent id"""
+    separate_actors: bool = False
+    """if toggled, every agent has its own actor parameters (the critic stays shared)"""
+    team_reward: bool = True
+    """if toggled, every agent is trained on the mean of all agents' rewards"""
+
+    # Evaluation and logging
+    eval_interval: int = 50_000
+    """environment steps between deterministic evaluations"""
+    n_eval_episodes: int = 32
+    """episodes per evaluation (one per evaluation env)"""
+    log_interval: int = 20_000
+    """environment steps between progress lines"""
+
+
+# ----------------------------------------------------------------------------------------------------
+# Environments
+# ----------------------------------------------------------------------------------------------------
+
+
+class EnvSpec(NamedTuple):
+    agents: list[str]
+    obs_dim: int  # largest agent observation; smaller ones are zero-padded
+    action_dim: int  # largest agent action space; the extra actions are masked out
+    state_dim: int
+    avail_actions: np.ndarray  # (n_agents, action_dim) bool, fixed per agent in MPE
+
+
+def scenario_kwargs(args: Args) -> dict:
+    """Keyword arguments of the mpe2 scenario: the episode length, and on simple_spread_v3 the team size and
+    how many agents and landmarks each agent observes."""
+    kwargs = dict(max_cycles=args.max_cycles)
+    if args.env_id == "simple_spread_v3":
+        kwargs.update(
+            N=args.n_agents,
+            num_agent_neighbors=args.num_agent_neighbors,
+            num_landmark_neighbors=args.num_landmark_neighbors,
+        )
+    return kwargs
+
+
+def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
+    """mpe2's raw AEC env, stepped by `reset_env` and `step_env` rather than through PettingZoo's parallel
+    wrapper: the same dynamics, without wrappers that check every call (the env workers check all actions of a
+    step at once) and without observing each agent several times per step (see `step_env`)."""
+    module = importlib.import_module(f"mpe2.{env_id}")
+    return module.raw_env(**scenario, continuous_actions=False, render_mode=render_mode)
+
+
+def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
+    env = make_env(env_id, scenario)
+    agents = list(env.possible_agents)
+    obs_dims = [env.observation_space(a).shape[0] for a in agents]
+    action_dims = [int(env.action_space(a).n) for a in agents]
+    avail = np.zeros((len(agents), max(action_dims)), dtype=bool)
+    for i, n in enumerate(action_dims):
+        avail[i, :n] = True
+    env.reset(seed=0)
+    spec = EnvSpec(agents, max(obs_dims), max(action_dims), env.state().shape[0], avail)
+    env.close()
+    return spec
+
+
+def observe_env(env, obs_dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Observations (n_agents, obs_dim) float32, zero-padded for agents with smaller ones, and the global state.
+    mpe2's `state()` is the concatenation of all agents' observations, so it is joined from the ones just read
+    instead of observing every agent again."""
+    agent_obs = [env.observe(a) for a in env.possible_agents]
+    obs = np.zeros((len(agent_obs), obs_dim), dtype=np.float32)
+    for i, o in enumerate(agent_obs):
+        obs[i, : o.shape[0]] = o
+    return obs, np.concatenate(agent_obs)
+
+
+def reset_env(env, obs_dim: int, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    env.reset(seed=seed)
+    return observe_env(env, obs_dim)
+
+
+def step_env(env, actions: np.ndarray, obs_dim: int) -> tuple[np.ndarray, ...]:
+    """One simultaneous step of all agents: in the AEC env each agent acts in turn and the world moves after the
+    last one. Returns obs, state, rewards, terminated, truncated, as a step of mpe2's `parallel_env` followed by
+    `state()` would, but reads each observation once (the wrapper observes each agent before its action, and
+    `state()` observes all of them again)."""
+    for action in actions:
+        env.step(int(action))
+    agents = env.possible_agents
+    obs, state = observe_env(env, obs_dim)
+    rewards = np.array([env.rewards[a] for a in agents], dtype=np.float32)
+    terminated = np.array([env.terminations[a] for a in agents])
+    truncated = np.array([env.truncations[a] for a in agents])
+    return obs, state, rewards, terminated, truncated
+
+
+class StepResult(NamedTuple):
+    obs: np.ndarray  # (n_envs, n_agents, obs_dim), already reset where an episode ended
+    state: np.ndarray  # (n_envs, state_dim)
+    rewards: np.ndarray  # (n_envs, n_agents)
+    terminated: np.ndarray  # (n_envs, n_agents) bool
+    truncated: np.ndarray  # (n_envs, n_agents) bool
+    final_obs: np.ndarray  # (n_envs, n_agents, obs_dim): last obs of an ended episode, zeros elsewhere
+    final_state: np.ndarray  # (n_envs, state_dim): likewise
+
+    @property
+    def ended(self) -> np.ndarray:
+        """(n_envs,) bool: the env's episode is over for every agent (and the env was reset)."""
+        return (self.terminated | self.truncated).all(axis=1)
+
+
+def env_worker(conn, parent_conn, env_id: str, scenario: dict, seeds: list[int], obs_dim: int):
+    """Steps a slice of the environments and answers the main process with stacked arrays."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is handled by the main process alone
+    parent_conn.close()
+    parent_pid = os.getppid()
+    try:
+        envs = [make_env(env_id, scenario) for _ in seeds]
+        agents = envs[0].possible_agents
+        n_actions = np.array([envs[0].action_space(a).n for a in agents])
+        while True:
+            while not conn.poll(5.0):
+                if os.getppid() != parent_pid:  # the main process is gone: do not linger as an orphan
+                    return
+            cmd, data = conn.recv()
+            if cmd == "reset":
+                first = [reset_env(env, obs_dim, seed) for env, seed in zip(envs, seeds)]
+                conn.send(("ok", tuple(np.stack(field) for field in zip(*first))))
+            elif cmd == "step":
+                invalid = (data < 0) | (data >= n_actions)
+                if invalid.any():
+                    k, i = np.argwhere(invalid)[0]
+                    raise ValueError(f"action {data[k, i]} is not one of the {n_actions[i]} actions of {agents[i]}")
+                results = []
+                for env, env_actions in zip(envs, data):
+                    obs, state, rewards, terminated, truncated = step_env(env, env_actions, obs_dim)
+                    final_obs, final_state = np.zeros_like(obs), np.zeros_like(state)
+                    if (terminated | truncated).all():
+                        final_obs, final_state = obs, state
+                        obs, state = reset_env(env, obs_dim)
+                    results.append((obs, state, rewards, terminated, truncated, final_obs, final_state))
+                conn.send(("ok", StepResult(*(np.stack(field) for field in zip(*results)))))
+            elif cmd == "close":
+                return
+    except Exception as e:  # report, then let the main process raise
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+    finally:
+        conn.close()
+
+
+class VecEnv:
+    """`n_envs` mpe2 envs split over `n_workers` processes (0: one per CPU core); ended episodes are reset in the
+    workers. Env k is seeded with `seed + k` at the first reset."""
+
+    def __init__(self, env_id: str, scenario: dict, n_envs: int, n_workers: int, seed: int):
+        self.spec = get_env_spec(env_id, scenario)
+        self.n_envs = n_envs
+        n_workers = min(n_workers or os.cpu_count() or 1, n_envs)
+        self.slices = np.array_split(np.arange(n_envs), n_workers)
+        ctx = mp.get_context()
+        self.conns, self.processes = [], []
+        for idx in self.slices:
+            parent_conn, child_conn = ctx.Pipe()
+            seeds = [seed + int(k) for k in idx]
+            worker_args = (child_conn, parent_conn, env_id, scenario, seeds, self.spec.obs_dim)
+            p = ctx.Process(target=env_worker, args=worker_args, daemon=True)
+            p.start()
+            child_conn.close()
+            self.conns.append(parent_conn)
+            self.processes.append(p)
+        self.closed = False
+
+    def _fail(self, i: int, reason: str | None = None):
+        self.close()
+        exitcode = self.processes[i].exitcode
+        raise RuntimeError(f"env worker {i} " + (f"failed: {reason}" if reason else f"died (exit code {exitcode})"))
+
+    def _recv(self, i: int):
+        conn, process = self.conns[i], self.processes[i]
+        while not conn.poll(1.0):  # returns at once when the answer is there; the timeout only spots a dead worker
+            if not process.is_alive():
+                self._fail(i)
+        try:
+            status, payload = conn.recv()
+        except (EOFError, ConnectionResetError):
+            self._fail(i)
+        if status == "error":
+            self._fail(i, payload)
+        return payload
+
+    def _gather(self, cmd: str, data=None):
+        for i, (conn, idx) in enumerate(zip(self.conns, self.slices)):
+            try:
+                conn.send((cmd, None if data is None else data[idx]))
+            except (BrokenPipeError, ConnectionResetError):
+                self._fail(i)
+        return [self._recv(i) for i in range(len(self.conns))]
+
+    def reset(self) -> tuple[np.ndarray, np.ndarray]:
+        """Returns obs (n_envs, n_agents, obs_dim) and state (n_envs, state_dim)."""
+        results = self._gather("reset")
+        return np.concatenate([o for o, _ in results]), np.concatenate([s for _, s in results])
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        results = self._gather("step", actions)
+        return StepResult(*(np.concatenate(field) for field in zip(*results)))
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        for conn in self.conns:
+            try:
+                conn.send(("close", None))
+            except (BrokenPipeError, OSError):
+                pass
+        for p in self.processes:
+            p.join(timeout=1.0)
+            if p.is_alive():
+                p.terminate()
+                p.join()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Networks
+# ----------------------------------------------------------------------------------------------------
+
+
+def layer_init(layer: nn.Linear, gain: float = np.sqrt(2)) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)
+    if layer.bias is not None:
+        nn.init.constant_(layer.bias, 0.0)
+    return layer
+
+
+def mlp(in_dim: int, args: Args) -> nn.Sequential:
+    """The official MAPPO trunk: [LayerNorm] -> 2 x (Linear, activation, LayerNorm), `hidden_size` wide. Linear
+    layers start orthogonal with the activation's recommended gain (tanh 5/3, relu sqrt(2))."""
+    hidden = args.hidden_size
+    act, gain = {"tanh": nn.Tanh, "relu": nn.ReLU}[args.activation], nn.init.calculate_gain(args.activation)
+    layers = [nn.LayerNorm(in_dim)] if args.feature_norm else []
+    layers += [layer_init(nn.Linear(in_dim, hidden), gain), act(), nn.LayerNorm(hidden)]
+    layers += [layer_init(nn.Linear(hidden, hidden), gain), act(), nn.LayerNorm(hidden)]
+    return nn.Sequential(*layers)
+
+
+def gru_over_sequence(gru: nn.GRU, x: torch.Tensor, hidden: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    """Runs `gru` over x (L, N, in_dim) from hidden (N, H), zeroing a row's hidden state before each step where its
+    episode starts (starts (L, N) bool). Returns the hidden states after every step, (L, N, H).
+
+    The sequence is cut at the steps where some row starts an episode; inside a piece no state is reset, so one
+    GRU call runs it (as the official RNNLayer does). Acting is the same call with L = 1."""
+    L = x.shape[0]
+    cuts = [0, *(torch.nonzero(starts[1:].any(dim=1)).flatten() + 1).tolist(), L]
+    keep = (~starts).unsqueeze(-1).to(x.dtype)  # (L, N, 1)
+    outputs = []
+    for begin, end in zip(cuts[:-1], cuts[1:]):
+        out, last = gru(x[begin:end], (hidden * keep[begin]).unsqueeze(0))
+        outputs.append(out)
+        hidden = last[0]
+    return torch.cat(outputs)
+
+
+class RecurrentNet(nn.Module):
+    """The official rMAPPO network: trunk -> GRU -> LayerNorm -> linear output layer (gain 0.01 for action
+    logits, 1 for values). The GRU starts with orthogonal weights and zero biases."""
+
+    def __init__(self, in_dim: int, out_dim: int, out_gain: float, args: Args):
+        super().__init__()
+        self.trunk = mlp(in_dim, args)
+        self.gru = nn.GRU(args.hidden_size, args.hidden_size)
+        for name, param in self.gru.named_parameters():
+            nn.init.orthogonal_(param) if "weight" in name else nn.init.zeros_(param)
+        self.norm = nn.LayerNorm(args.hidden_size)
+        self.out = layer_init(nn.Linear(args.hidden_size, out_dim), out_gain)
+
+    def forward(self, x: torch.Tensor, hidden: torch.Tensor, starts: torch.Tensor):
+        """x (L, B, R, in_dim): L steps of B envs with R rows each; hidden (B, R, H) before the first step; starts
+        (L, B) bool. Returns outputs (L, B, R, out_dim) and the hidden states after each step (L, B, R, H)."""
+        L, B, R, _ = x.shape
+        features = self.trunk(x).view(L, B * R, -1)
+        row_starts = starts.repeat_interleave(R, dim=1)  # (L, B * R): all rows of an env start together
+        hiddens = gru_over_sequence(self.gru, features, hidden.reshape(B * R, -1), row_starts).view(L, B, R, -1)
+        return self.out(self.norm(hiddens)), hiddens
+
+
+class Agent(nn.Module):
+    """Decentralized recurrent actor(s) on each agent's observation and a centralized recurrent critic. The
+    actors keep a hidden state per (env, agent), the critic one per critic row: per env with EP (all agents would
+    hold the same one), per (env, agent) with FP and AS."""
+
+    def __init__(self, spec: EnvSpec, args: Args):
+        super().__init__()
+        n_agents = len(spec.agents)
+        self.obs_dim, self.state_type, self.use_agent_id = spec.obs_dim, args.state_type, args.use_agent_id
+        self.register_buffer("agent_ids", torch.eye(n_agents))
+        self.register_buffer("avail_actions", torch.as_tensor(spec.avail_actions))
+        actor_in = spec.obs_dim + (n_agents if args.use_agent_id else 0)
+        n_actors = n_agents if args.separate_actors else 1
+        self.actors = nn.ModuleList(RecurrentNet(actor_in, spec.action_dim, 0.01, args) for _ in range(n_actors))
+        # EP: one critic pass per env on the shared state, with one value head per agent (agents' returns
+        # differ without --team-reward). FP/AS: one pass per agent on an agent-specific state.
+        critic_in = {
+            "EP": spec.state_dim,
+            "FP": spec.state_dim + n_agents,
+            "AS": spec.state_dim + spec.obs_dim + n_agents,
+        }
+        value_heads = n_agents if args.state_type == "EP" else 1
+        self.critic = RecurrentNet(critic_in[args.state_type], value_heads, 1.0, args)
+        self.hidden_shapes = (
+            (n_agents, args.hidden_size),
+            (1 if args.state_type == "EP" else n_agents, args.hidden_size),
+        )
+
+    def initial_hidden(self, n_envs: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Zero hidden states of the actors (n_envs, n_agents, H) and the critic (n_envs, critic rows, H)."""
+        return tuple(torch.zeros(n_envs, *shape, device=self.agent_ids.device) for shape in self.hidden_shapes)
+
+    def critic_input(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """obs (..., n_agents, obs_dim), state (..., state_dim) -> EP (..., 1, state_dim), FP/AS (..., n_agents, F)."""
+        if self.state_type == "EP":
+            return state.unsqueeze(-2)
+        ids = self.agent_ids.expand(*obs.shape[:-1], -1)
+        global_state = state.unsqueeze(-2).expand(*obs.shape[:-1], -1)
+        if self.state_type == "FP":
+            return torch.cat([global_state, ids], dim=-1)
+        return torch.cat([global_state, obs, ids], dim=-1)
+
+    def actor_input(self, obs: torch.Tensor) -> torch.Tensor:
+        """obs (..., n_agents, obs_dim) with each agent's one-hot id appended when `use_agent_id`."""
+        if not self.use_agent_id:
+            return obs
+        return torch.cat([obs, self.agent_ids.expand(*obs.shape[:-1], -1)], dim=-1)
+
+    def get_value(self, obs: torch.Tensor, state: torch.Tensor, hidden: torch.Tensor, starts: torch.Tensor):
+        """Values (L, B, n_agents), normalized when ValueNorm is on, of obs (L, B, n_agents, obs_dim) and state
+        (L, B, state_dim) from the critic's hidden state before step 0; also its hidden states after each step."""
+        values, hiddens = self.critic(self.critic_input(obs, state), hidden, starts)
+        return values.flatten(2), hiddens
+
+    def get_dist(
+        self, obs: torch.Tensor, hidden: torch.Tensor, starts: torch.Tensor
+    ) -> tuple[Categorical, torch.Tensor]:
+        """Action distribution (L, B, n_agents), with unavailable actions given zero probability, of obs
+        (L, B, n_agents, obs_dim) from the actors' hidden state before step 0; also their hidden states after each
+        step (L, B, n_agents, H)."""
+        x = self.actor_input(obs)
+        if len(self.actors) == 1:
+            logits, hiddens = self.actors[0](x, hidden, starts)
+        else:
+            outputs = [actor(x[:, :, i : i + 1], hidden[:, i : i + 1], starts) for i, actor in enumerate(self.actors)]
+            logits, hiddens = (torch.cat(parts, dim=2) for parts in zip(*outputs))
+        return Categorical(logits=logits.masked_fill(~self.avail_actions, -1e10), validate_args=False), hiddens
+
+    def act(self, obs: torch.Tensor, hidden: torch.Tensor, starts: torch.Tensor, deterministic: bool = False):
+        """One step: actions and their log-probabilities (B, n_agents) for obs (B, n_agents, obs_dim), and the
+        actors' next hidden state (B, n_agents, H); `starts` (B,) marks envs whose episode begins here."""
+        dist, hiddens = self.get_dist(obs.unsqueeze(0), hidden, starts.unsqueeze(0))
+        action = dist.probs.argmax(-1) if deterministic else dist.sample()
+        return action[0], dist.log_prob(action)[0], hiddens[0]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Value normalization
+# ----------------------------------------------------------------------------------------------------
+
+
+class ValueNorm(nn.Module):
+    """Running mean/variance of the returns with debiased exponential averages (official MAPPO)."""
+
+    def __init__(self, beta: float = 0.99999, epsilon: float = 1e-5, min_var: float = 1e-2):
+        super().__init__()
+        self.beta, self.epsilon, self.min_var = beta, epsilon, min_var
+        self.register_buffer("running_mean", torch.zeros(()))
+        self.register_buffer("running_mean_sq", torch.zeros(()))
+        self.register_buffer("debiasing_term", torch.zeros(()))
+
+    def mean_var(self) -> tuple[torch.Tensor, torch.Tensor]:
+        debias = self.debiasing_term.clamp(min=self.epsilon)
+        mean = self.running_mean / debias
+        var = (self.running_mean_sq / debias - mean**2).clamp(min=self.min_var)
+        return mean, var
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor):
+        self.running_mean.mul_(self.beta).add_(x.mean() * (1 - self.beta))
+        self.running_mean_sq.mul_(self.beta).add_((x**2).mean() * (1 - self.beta))
+        self.debiasing_term.mul_(self.beta).add_(1 - self.beta)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        mean, var = self.mean_var()
+        return (x - mean) / var.sqrt()
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        mean, var = self.mean_var()
+        return x * var.sqrt() + mean
+
+
+class IdentityNorm(nn.Module):
+    """Stands in for ValueNorm with --no-use-valuenorm."""
+
+    def update(self, x: torch.Tensor):
+        pass
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+# ----------------------------------------------------------------------------------------------------
+# Rollout buffer and GAE
+# ----------------------------------------------------------------------------------------------------
+
+
+class RolloutBuffer:
+    """One rollout of T steps; index t holds the input at step t and what followed from acting on it. `hidden`
+    holds the actors' and the critic's hidden states before step 0, from which training replays the rollout."""
+
+    def __init__(self, T: int, n_envs: int, spec: EnvSpec, device: torch.device, hidden: tuple[torch.Tensor, ...]):
+        n_agents = len(spec.agents)
+        zeros = lambda *shape, dtype=torch.float32: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
+        self.obs = zeros(T + 1, n_envs, n_agents, spec.obs_dim)
+        self.state = zeros(T + 1, n_envs, spec.state_dim)
+        self.values = zeros(T + 1, n_envs, n_agents)  # denormalized: on the scale of the returns
+        self.actions = zeros(T, n_envs, n_agents, dtype=torch.long)
+        self.logprobs = zeros(T, n_envs, n_agents)
+        self.rewards = zeros(T, n_envs, n_agents)
+        self.terminated = zeros(T, n_envs, n_agents, dtype=torch.bool)
+        self.truncated = zeros(T, n_envs, n_agents, dtype=torch.bool)
+        self.final_obs = zeros(T, n_envs, n_agents, spec.obs_dim)  # last obs of an episode that ended at t
+        self.final_state = zeros(T, n_envs, spec.state_dim)
+        self.final_values = zeros(T, n_envs, n_agents)  # their values, to bootstrap truncated episodes
+        self.starts = zeros(T + 1, n_envs, dtype=torch.bool)  # obs[t] begins an episode: hidden states reset before it
+        self.starts[0] = True
+        self.actor_hidden, self.critic_hidden = hidden  # (n_envs, n_agents, H), (n_envs, critic rows, H)
+
+    def insert(self, t: int, actions: torch.Tensor, logprobs: torch.Tensor, rewards: torch.Tensor, step: StepResult):
+        """Stores what acting on the input at step t gave, and the input of step t + 1."""
+        self.actions[t], self.logprobs[t], self.rewards[t] = actions, logprobs, rewards
+        self.terminated[t], self.truncated[t] = torch.from_numpy(step.terminated), torch.from_numpy(step.truncated)
+        self.obs[t + 1], self.state[t + 1] = torch.from_numpy(step.obs), torch.from_numpy(step.state)
+        self.final_obs[t], self.final_state[t] = torch.from_numpy(step.final_obs), torch.from_numpy(step.final_state)
+        self.starts[t + 1] = torch.from_numpy(step.ended)
+
+    @torch.no_grad()
+    def compute_values(self, agent: nn.Module, value_norm):
+        """All values of the rollout, on the scale of the returns, by replaying the critic over its T + 1 inputs.
+        A final observation continues its episode, so its value is one more critic step from the hidden state
+        after step t; these steps run as one batch."""
+        values, hiddens = agent.get_value(self.obs, self.state, self.critic_hidden, self.starts)
+        self.values[:] = value_norm.denormalize(values)
+        T, n_envs = self.final_obs.shape[:2]
+        no_starts = torch.zeros(1, T * n_envs, dtype=torch.bool, device=self.starts.device)
+        final_obs, final_state = self.final_obs.flatten(0, 1).unsqueeze(0), self.final_state.flatten(0, 1).unsqueeze(0)
+        final_values, _ = agent.get_value(final_obs, final_state, hiddens[:-1].flatten(0, 1), no_starts)
+        self.final_values[:] = value_norm.denormalize(final_values).view_as(self.final_values)
+        self.next_critic_hidden = hiddens[-2]  # before the step at obs[T], the next rollout's first input
+
+    def start_next_rollout(self, actor_hidden: torch.Tensor):
+        """The last input and the hidden states before it start the next rollout."""
+        self.obs[0], self.state[0], self.starts[0] = self.obs[-1], self.state[-1], self.starts[-1]
+        self.actor_hidden, self.critic_hidden = actor_hidden, self.next_critic_hidden
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    final_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE over (T, ...) tensors; `values` has T+1 entries.
+
+    A truncated episode bootstraps from the value of its final observation (`final_values`), a terminated
+    one from zero; neither lets the advantage flow into the next episode.
+    """
+    next_values = torch.where(truncated, final_values, values[1:]) * ~terminated
+    deltas = rewards + gamma * next_values - values[:-1]
+    episode_continues = ~(terminated | truncated)
+    advantages = torch.zeros_like(rewards)
+    gae = torch.zeros_like(rewards[0])
+    for t in reversed(range(rewards.shape[0])):
+        gae = deltas[t] + gamma * gae_lambda * gae * episode_continues[t]
+        advantages[t] = gae
+    return advantages, advantages + values[:-1]
+
+
+# ----------------------------------------------------------------------------------------------------
+# PPO update
+# ----------------------------------------------------------------------------------------------------
+
+
+def policy_loss_fn(new_logprob, old_logprob, advantages, clip: float) -> tuple[torch.Tensor, dict]:
+    logratio = new_logprob - old_logprob
+    ratio = logratio.exp()
+    surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip, 1 + clip) * advantages)
+    with torch.no_grad():
+        stats = {
+            "approx_kl": ((ratio - 1) - logratio).mean(),
+            "clipfrac": ((ratio - 1).abs() > clip).float().mean(),
+            "ratio": ratio.mean(),
+        }
+    return -surrogate.mean(), stats
+
+
+def value_loss_fn(values, old_values, returns, clip: float, huber_delta: float, clipped: bool) -> torch.Tensor:
+    """Huber loss of normalized values against normalized returns, optionally PPO-clipped."""
+    loss = F.huber_loss(values, returns, reduction="none", delta=huber_delta)
+    if clipped:
+        values_clipped = old_values + (values - old_values).clamp(-clip, clip)
+        loss = torch.max(loss, F.huber_loss(values_clipped, returns, reduction="none", delta=huber_delta))
+    return loss.mean()
+
+
+def minibatch_indices(batch_size: int, num_mini_batch: int, device: torch.device) -> list:
+    """Disjoint random minibatches covering the batch, for one PPO epoch. A single minibatch is the whole batch
+    in its stored order: the order does not change its gradient, and a slice spares copying the batch."""
+    if num_mini_batch == 1:
+        return [slice(None)]
+    return list(torch.randperm(batch_size, device=device).split(batch_size // num_mini_batch))
+
+
+def ppo_update(agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advantages, returns, args: Args) -> dict:
+    """`ppo_epoch` passes of minibatches over the rollout. A minibatch is a set of whole envs (index [:, mb] of the
+    (T, n_envs, ...) tensors): their T-step sequences are replayed through the GRUs from the hidden states stored
+    before step 0, so every stored step is trained on once per epoch with the hidden state it was acted on with."""
+    obs, state, starts = buffer.obs[:-1], buffer.state[:-1], buffer.starts[:-1]
+    actions, old_logprobs = buffer.actions, buffer.logprobs
+    value_norm.update(returns)
+    norm_returns, old_values = value_norm.normalize(returns), value_norm.normalize(buffer.values[:-1])
+    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-5)
+
+    n_envs = obs.shape[1]
+    actor_params = list(agent.actors.parameters())
+    stats = []
+    for _ in range(args.ppo_epoch):
+        for mb in minibatch_indices(n_envs, args.num_mini_batch, obs.device):
+            dist, _ = agent.get_dist(obs[:, mb], buffer.actor_hidden[mb], starts[:, mb])
+            policy_loss, pg_stats = policy_loss_fn(
+                dist.log_prob(actions[:, mb]), old_logprobs[:, mb], advantages[:, mb], args.clip
+            )
+            entropy = dist.entropy().mean()
+            values, _ = agent.get_value(obs[:, mb], state[:, mb], buffer.critic_hidden[mb], starts[:, mb])
+            value_loss = value_loss_fn(
+                values, old_values[:, mb], norm_returns[:, mb], args.clip, args.huber_delta, args.clipped_value_loss
+            )
+            optimizer.zero_grad()
+            (policy_loss - args.ent_coef * entropy + args.vf_coef * value_loss).backward()
+            actor_grad_norm = nn.utils.clip_grad_norm_(actor_params, args.max_grad_norm)
+            critic_grad_norm = nn.utils.clip_grad_norm_(agent.critic.parameters(), args.max_grad_norm)
+            optimizer.step()
+            stats.append(
+                {
+                    "policy_loss": policy_loss.detach(),
+                    "value_loss": value_loss.detach(),
+                    "entropy": entropy.detach(),
+                    "actor_grad_norm": actor_grad_norm,
+                    "critic_grad_norm": critic_grad_norm,
+                    **pg_stats,
+                }
+            )
+    return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
+    var_returns = returns.var()
+    return float("nan") if var_returns == 0 else (1 - (returns - values).var() / var_returns).item()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Evaluation, video and checkpoints
+# ----------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def evaluate(agent: nn.Module, envs: VecEnv, device: torch.device) -> np.ndarray:
+    """One deterministic episode per env; returns each episode's per-agent returns (n_envs, n_agents)."""
+    obs, _ = envs.reset()
+    hidden, _ = agent.initial_hidden(envs.n_envs)
+    starts = torch.ones(envs.n_envs, dtype=torch.bool, device=device)
+    returns = np.zeros((envs.n_envs, len(envs.spec.agents)), dtype=np.float64)
+    finished = np.zeros(envs.n_envs, dtype=bool)
+    while not finished.all():
+        actions, _, hidden = agent.act(torch.from_numpy(obs).to(device), hidden, starts, deterministic=True)
+        step = envs.step(actions.cpu().numpy())
+        returns[~finished] += step.rewards[~finished]
+        finished |= step.ended
+        obs, starts = step.obs, torch.from_numpy(step.ended).to(device)
+    return returns
+
+
+@torch.no_grad()
+def record_episode(agent: nn.Module, args: Args, device: torch.device, seed: int) -> np.ndarray:
+    """Frames (T+1, H, W, 3) uint8 of one deterministic episode rendered headless."""
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    env = make_env(args.env_id, scenario_kwargs(args), render_mode="rgb_array")
+    obs, _ = reset_env(env, agent.obs_dim, seed)
+    hidden, _ = agent.initial_hidden(1)
+    starts = torch.ones(1, dtype=torch.bool, device=device)
+    frames, ended = [env.render()], False
+    while not ended:
+        actions, _, hidden = agent.act(
+            torch.from_numpy(obs).unsqueeze(0).to(device), hidden, starts, deterministic=True
+        )
+        starts = torch.zeros_like(starts)
+        obs, _, _, terminated, truncated = step_env(env, actions[0].cpu().numpy(), agent.obs_dim)
+        frames.append(env.render())
+        ended = (terminated | truncated).all()
+    env.close()
+    return np.stack(frames)
+
+
+def log_video(frames: np.ndarray, path: str, writer, global_step: int, fps: int = 10):
+    import imageio
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    imageio.mimwrite(path, frames, fps=fps, macro_block_size=1)
+    small = torch.from_numpy(frames[:, ::2, ::2]).permute(0, 3, 1, 2).unsqueeze(0)  # (1, T, 3, H/2, W/2)
+    writer.add_video("eval/video", small, global_step, fps=fps)
+
+
+def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Args, global_step: int):
+    torch.save(
+        {
+            "agent": agent.state_dict(),
+            "value_norm": value_norm.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "args": dataclasses.asdict(args),
+            "global_step": global_step,
+        },
+        path,
+    )
+
+
+def load_checkpoint(path: str, device: torch.device) -> dict:
+    """The checkpoint dict; a missing, corrupt or foreign file ends the program with a one-line error."""
+    if not os.path.isfile(path):
+        raise SystemExit(f"error: checkpoint not found: {path}")
+    try:
+        checkpoint = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:
+        raise SystemExit(
+            f"error: cannot read checkpoint {path}: {type(e).__name__}: {str(e).splitlines()[0]}"
+        ) from None
+    missing = {"agent", "value_norm", "optimizer", "args", "global_step"} - set(
+        checkpoint if isinstance(checkpoint, dict) else {}
+    )
+    if missing:
+        raise SystemExit(f"error: {path} is not a {Args.exp_name} checkpoint (missing {sorted(missing)})")
+    return checkpoint
+
+
+def build_agent(spec: EnvSpec, args: Args, device: torch.device):
+    agent = Agent(spec, args).to(device)
+    value_norm = (ValueNorm() if args.use_valuenorm else IdentityNorm()).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5, fused=True)  # one kernel for all parameters
+    return agent, value_norm, optimizer
+
+
+def restore(checkpoint: dict, agent: nn.Module, value_norm, optimizer, path: str):
+    try:
+        agent.load_state_dict(checkpoint["agent"])
+        value_norm.load_state_dict(checkpoint["value_norm"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as e:
+        raise SystemExit(f"error: checkpoint {path} does not fit this model: {str(e).splitlines()[0]}") from None
+
+
+# ----------------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------------
+
+
+def check_args(args: Args):
+    """Reject settings that cannot work, with one line each, before any process is started."""
+    batch = args.episode_length * args.n_rollout_threads
+    problems = [
+        (args.n_rollout_threads < 1, "--n-rollout-threads must be at least 1"),
+        (args.n_agents < 1, "--n-agents must be at least 1"),
+        (args.episode_length < 1 or args.max_cycles < 1, "--episode-length and --max-cycles must be at least 1"),
+        (
+            args.env_id != "simple_spread_v3"
+            and (args.num_agent_neighbors is not None or args.num_landmark_neighbors is not None),
+            f"--num-agent-neighbors and --num-landmark-neighbors apply to simple_spread_v3 only, not {args.env_id}",
+        ),
+        (
+            args.num_agent_neighbors is not None and not 1 <= args.num_agent_neighbors <= args.n_agents - 1,
+            f"--num-agent-neighbors must be between 1 and n_agents - 1 = {args.n_agents - 1}",
+        ),
+        (
+            args.num_landmark_neighbors is not None and not 1 <= args.num_landmark_neighbors <= args.n_agents,
+            f"--num-landmark-neighbors must be between 1 and the {args.n_agents} landmarks",
+        ),
+        (
+            args.num_mini_batch < 1 or args.n_rollout_threads % args.num_mini_batch != 0,
+            f"--num-mini-batch {args.num_mini_batch} does not divide --n-rollout-threads {args.n_rollout_threads} "
+            "(a minibatch holds whole envs, so that their sequences stay unbroken)",
+        ),
+        (
+            args.eval_checkpoint is None and args.total_timesteps < batch,
+            f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} env steps)",
+        ),
+        (args.n_eval_episodes < 1, "--n-eval-episodes must be at least 1"),
+    ]
+    for failed, message in problems:
+        if failed:
+            raise SystemExit(f"error: {message}")
+
+
+def select_device(want_cuda: bool) -> torch.device:
+    if want_cuda and not torch.cuda.is_available():
+        print("warning: --cuda was given but no GPU is available; running on CPU")
+    return torch.device("cuda" if want_cuda and torch.cuda.is_available() else "cpu")
+
+
+def seed_everything(seed: int, torch_deterministic: bool):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = torch_deterministic
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """Runs the block with `n` torch threads, then restores the previous count."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+class EpisodeReturns:
+    """Per-agent returns of the training envs' episodes; `pop()` gives those ended since the last call."""
+
+    def __init__(self, n_envs: int, n_agents: int):
+        self.running = np.zeros((n_envs, n_agents))
+        self.ended = np.zeros((0, n_agents))
+
+    def add(self, rewards: np.ndarray, ended: np.ndarray):
+        self.running += rewards
+        self.ended = np.concatenate([self.ended, self.running[ended]])
+        self.running[ended] = 0.0
+
+    def pop(self) -> np.ndarray:
+        """(n_episodes, n_agents) returns of the episodes ended since the last call."""
+        ended, self.ended = self.ended, self.ended[:0]
+        return ended
+
+
+def start_logging(run_name: str, args: Args):
+    """A TensorBoard writer for `runs/{run_name}` with a table of the arguments; mirrored to wandb with --track."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    writer = SummaryWriter(f"runs/{run_name}")
+    table = "\n".join(f"|{k}|{v}|" for k, v in vars(args).items())
+    writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+    return writer
+
+
+def log_iteration(writer, global_step: int, sps: int, lr: float, losses: dict, episode_returns: np.ndarray, agents):
+    writer.add_scalar("charts/SPS", sps, global_step)
+    writer.add_scalar("charts/learning_rate", lr, global_step)
+    for name, value in losses.items():
+        writer.add_scalar(f"losses/{name}", value, global_step)
+    if len(episode_returns):
+        writer.add_scalar("charts/episodic_return", episode_returns.mean(), global_step)
+        writer.add_scalar("charts/team_return", episode_returns.sum(axis=1).mean(), global_step)
+        for name, r in zip(agents, episode_returns.mean(axis=0)):
+            writer.add_scalar(f"charts/episodic_return_{name}", r, global_step)
+
+
+def format_time(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{seconds:02d}s"
+
+
+def progress_line(global_step: int, total_steps: int, sps: int, train_return: float, eval_return: float, losses: dict):
+    eta = (total_steps - global_step) / max(sps, 1)
+    return (
+        f"step {global_step:>9,}/{total_steps:,} | SPS {sps:>5} | episodic_return {train_return:7.2f} | "
+        f"eval {eval_return:7.2f} | value_loss {losses['value_loss']:.4f} | entropy {losses['entropy']:.3f} | "
+        f"ETA {format_time(eta)}"
+    )
+
+
+def run_evaluation_only(args: Args, device: torch.device):
+    """Test mode: evaluate a saved checkpoint with the environment and model settings it was trained with."""
+    checkpoint = load_checkpoint(args.eval_checkpoint, device)
+    saved = {k: v for k, v in checkpoint["args"].items() if k in {f.name for f in dataclasses.fields(Args)}}
+    keep = ("eval_checkpoint", "n_eval_episodes", "capture_video", "seed", "cuda", "n_workers")
+    args = dataclasses.replace(Args(**saved), **{k: getattr(args, k) for k in keep})
+    with VecEnv(args.env_id, scenario_kwargs(args), args.n_eval_episodes, args.n_workers, args.seed + 100_000) as envs:
+        agent, value_norm, optimizer = build_agent(envs.spec, args, device)
+        restore(checkpoint, agent, value_norm, optimizer, args.eval_checkpoint)
+        returns = evaluate(agent, envs, device)
+    per_agent = ", ".join(f"{a} {r:.3f}" for a, r in zip(envs.spec.agents, returns.mean(axis=0)))
+    print(
+        f"{args.eval_checkpoint} (trained {checkpoint['global_step']} steps on {args.env_id}): eval episodic_return "
+        f"{returns.mean():.3f} +- {returns.mean(axis=1).std():.3f} over {len(returns)} episodes; {per_agent}"
+    )
+    if args.capture_video:
+        from torch.utils.tensorboard import SummaryWriter
+
+        run_dir = os.path.dirname(os.path.abspath(args.eval_checkpoint))
+        writer = SummaryWriter(run_dir)
+        path = os.path.join("videos", os.path.basename(run_dir), f"test_{checkpoint['global_step']}.mp4")
+        log_video(record_episode(agent, args, device, args.seed), path, writer, checkpoint["global_step"])
+        writer.close()
+        print(f"video written to {path}")
+    return returns
+
+
+def main(args: Args) -> dict:
+    check_args(args)
+    device = select_device(args.cuda)
+    seed_everything(args.seed, args.torch_deterministic)
+    if args.eval_checkpoint is not None:
+        run_evaluation_only(args, device)
+        return {}
+
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    T, n_envs = args.episode_length, args.n_rollout_threads
+    num_iterations = args.total_timesteps // (T * n_envs)
+    scenario = scenario_kwargs(args)
+    # Acting runs while the env workers take every core, so it gets one torch thread (more would spin-wait
+    # against the workers); the update runs while they idle, so it gets torch's default, one per core.
+    update_threads = torch.get_num_threads()
+    with (
+        VecEnv(args.env_id, scenario, n_envs, args.n_workers, args.seed) as envs,
+        VecEnv(args.env_id, scenario, args.n_eval_episodes, args.n_workers, args.seed + 100_000) as eval_envs,
+        start_logging(run_name, args) as writer,
+        torch_threads(1),
+    ):
+        agent, value_norm, optimizer = build_agent(envs.spec, args, device)
+        buffer = RolloutBuffer(T, n_envs, envs.spec, device, agent.initial_hidden(n_envs))
+        obs, state = envs.reset()
+        buffer.obs[0], buffer.state[0] = torch.from_numpy(obs), torch.from_numpy(state)
+        episode_returns = EpisodeReturns(n_envs, len(envs.spec.agents))
+        best_eval, eval_return = -np.inf, float("nan")
+        global_step, start_time, next_log, next_eval = 0, time.time(), args.log_interval, 0
+
+        for iteration in range(1, num_iterations + 1):
+            if args.linear_lr_decay:
+                optimizer.param_groups[0]["lr"] = args.lr * (1.0 - (iteration - 1.0) / num_iterations)
+
+            # 1. Collect a rollout: T steps of every env with the current policy
+            with torch.no_grad():
+                actor_hidden = buffer.actor_hidden
+                for t in range(T):
+                    actions, logprobs, actor_hidden = agent.act(buffer.obs[t], actor_hidden, buffer.starts[t])
+                    step = envs.step(actions.cpu().numpy())
+                    global_step += n_envs
+                    rewards = torch.from_numpy(step.rewards).to(device)
+                    if args.team_reward:  # every agent learns from the team's mean reward
+                        rewards = rewards.mean(dim=1, keepdim=True).expand_as(rewards)
+                    buffer.insert(t, actions, logprobs, rewards, step)
+                    episode_returns.add(step.rewards, step.ended)
+
+                # 2. Values and advantages
+                buffer.compute_values(agent, value_norm)
+                advantages, returns = compute_gae(
+                    buffer.rewards,
+                    buffer.values,
+                    buffer.final_values,
+                    buffer.terminated,
+                    buffer.truncated,
+                    args.gamma,
+                    args.gae_lambda,
+                )
+
+            # 3. PPO update, on every core
+            with torch_threads(update_threads):
+                losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
+            losses["explained_variance"] = explained_variance(buffer.values[:-1], returns)
+            buffer.start_next_rollout(actor_hidden)
+
+            # 4. Log the iteration
+            sps = int(global_step / (time.time() - start_time))
+            ended_returns = episode_returns.pop()  # (n_episodes, n_agents) of the episodes this rollout ended
+            lr = optimizer.param_groups[0]["lr"]
+            log_iteration(writer, global_step, sps, lr, losses, ended_returns, envs.spec.agents)
+
+            # 5. Evaluate the greedy policy, keeping the best model
+            last = iteration == num_iterations
+            if global_step >= next_eval or last:
+                next_eval += args.eval_interval
+                eval_return = evaluate(agent, eval_envs, device).mean()
+                writer.add_scalar("eval/episodic_return", eval_return, global_step)
+                if eval_return > best_eval:
+                    best_eval = eval_return
+                    if args.save_model:
+                        path = f"runs/{run_name}/best_model.pt"
+                        save_checkpoint(path, agent, value_norm, optimizer, args, global_step)
+                if args.capture_video:
+                    frames = record_episode(agent, args, device, args.seed + 100_000)
+                    log_video(frames, f"videos/{run_name}/eval_{global_step}.mp4", writer, global_step)
+
+            if global_step >= next_log or last:
+                next_log += args.log_interval
+                train_return = ended_returns.mean() if len(ended_returns) else float("nan")
+                print(progress_line(global_step, num_iterations * T * n_envs, sps, train_return, eval_return, losses))
+
+        if args.save_model:
+            path = f"runs/{run_name}/model.pt"
+            save_checkpoint(path, agent, value_norm, optimizer, args, global_step)
+            print(f"model saved to {path} (best eval {best_eval:.3f} in best_model.pt)")
+    return {"run_name": run_name, "losses": losses, "best_eval": best_eval, "global_step": global_step}
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

@@ -1,0 +1,67 @@
+"""The scripts copy each other's shared code by design: each one is self-contained. This test keeps the copies
+equal: every top-level function and class that two or more scripts define under the same name has the same
+source in each, except where a script is listed in VARIANTS as having its own version. So a fix made in one
+copy and not in the others fails here."""
+
+import importlib
+import inspect
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+SCRIPTS = ["mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"]
+ALL = frozenset(SCRIPTS)
+
+# name -> the scripts whose copy is meant to differ from the others' (which must still agree among themselves)
+VARIANTS = {
+    "Args": ALL,  # each script's own flags and defaults
+    "check_args": ALL,  # each algorithm's own impossible settings
+    "ppo_update": ALL,  # how each algorithm scores a minibatch
+    "main": {"mappo_mpe_rnn", "mat_mpe"},  # GRU hidden states while acting; no state stored for MAT's critic
+    "RolloutBuffer": {"mappo_mpe_rnn", "mat_mpe"},  # GRU hidden states and episode starts; MAT stores no state
+    "Agent": {"mappo_mpe_rnn"},  # GRU actors and critic
+    "evaluate": {"mappo_mpe_rnn"},  # acting carries the GRU's hidden state
+    "record_episode": {"mappo_mpe_rnn"},  # likewise
+    "MultiAgentTransformer": {"mat_mpe_ep_critic"},  # the critic on the state replaces the encoder's value head
+    "build_agent": {"mat_mpe", "mat_mpe_ep_critic"},  # builds the transformer instead of Agent
+}
+
+
+def top_level_sources(module) -> dict[str, str]:
+    """Source of every function and class the module itself defines at its top level."""
+    return {
+        name: inspect.getsource(obj)
+        for name, obj in vars(module).items()
+        if (inspect.isfunction(obj) or inspect.isclass(obj)) and obj.__module__ == module.__name__
+    }
+
+
+SOURCES = {
+    name: top_level_sources(importlib.import_module(name))
+    for name in SCRIPTS
+    if os.path.exists(os.path.join(ROOT, f"{name}.py"))
+}
+SHARED = sorted({n for s in SOURCES.values() for n in s if sum(n in s for s in SOURCES.values()) >= 2})
+
+
+def test_the_scripts_share_their_plumbing():
+    """Guards the test itself: with at least two scripts, the shared names include the whole env section."""
+    assert len(SOURCES) >= 2
+    assert {"make_env", "step_env", "VecEnv", "compute_gae", "ValueNorm", "load_checkpoint"} <= set(SHARED)
+
+
+@pytest.mark.parametrize("name", SHARED)
+def test_shared_code_is_identical(name):
+    copies = {script: sources[name] for script, sources in SOURCES.items() if name in sources}
+    own = VARIANTS.get(name, frozenset())
+    common = {script: source for script, source in copies.items() if script not in own}
+    first = next(iter(common.values()), None)
+    differing = [script for script, source in common.items() if source != first]
+    assert not differing, f"{name} differs between {sorted(common)}: fix every copy, or list a variant in VARIANTS"
+    if first is not None and own != ALL:  # a listed variant that no longer differs is taken off the list
+        stale = [script for script in own & copies.keys() if copies[script] == first]
+        assert not stale, f"{name} in {stale} is the same as in the other scripts: remove it from VARIANTS"
