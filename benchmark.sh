@@ -5,9 +5,10 @@
 #   bash benchmark.sh ALGO listener   # simple_speaker_listener_v4, 2M steps, 15 epochs (MAPPO: separate actors)
 #   bash benchmark.sh ALGO reference  # simple_reference_v3, 3M steps, 15 epochs
 #   bash benchmark.sh mat acting      # MAT acting time per step, KV cache vs full re-decode, N = 3, 6, 12
+#   bash benchmark.sh mat critic      # mat_mpe_ep_critic.py's critic per update: once per env vs per agent, N = 3, 12
 #   bash benchmark.sh ALGO env-rate   # single-process env steps/s: mpe2's parallel_env (+ state()) vs step_env (~2 min)
 #   bash benchmark.sh ALGO official-task  # spread, 500k steps, on the task of the official codes' MPE copy
-# ALGO is mappo (mappo_mpe.py) or mat (mat_mpe.py). Runs go to bench/runs (TensorBoard) and
+# ALGO is mappo (mappo_mpe.py), rnn (mappo_mpe_rnn.py), mat (mat_mpe.py) or mat_ep (mat_mpe_ep_critic.py). Runs go to bench/runs (TensorBoard) and
 # bench/ALGO_*.log; every run ends with a table of its returns.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -18,7 +19,9 @@ seed="${SEED:-1}"
 algo="${1:-}"
 case "$algo" in
   mappo|mat) script="../${algo}_mpe.py" ;;
-  *) echo "usage: bash benchmark.sh mappo|mat speed|spread|listener|reference|official-task|env-rate, or bash benchmark.sh mat acting"; exit 2 ;;
+  rnn) script="../mappo_mpe_rnn.py" ;;
+  mat_ep) script="../mat_mpe_ep_critic.py" ;;
+  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|listener|reference|official-task|env-rate, bash benchmark.sh mat acting|critic"; exit 2 ;;
 esac
 
 raw_env_rate() {  # single-process random-action env steps per second of scenario $1, stepped as $2: "mpe2",
@@ -123,6 +126,38 @@ for n_agents in (3, 6, 12):
 PY
 }
 
+critic_time() {  # milliseconds of critic forward + backward per update (10 epochs over a 25 x 32 rollout)
+  python - <<'PY'
+import sys, time
+import torch
+sys.path.insert(0, "..")
+import mat_mpe_ep_critic as m
+torch.set_num_threads(1)  # as acting; the update's second thread would add noise to a 2-core measurement
+print("| agents | state dim | once per env, one head per agent (ms) | replicated per agent, one head (ms) | ratio |")
+print("|---|---|---|---|---|")
+for n_agents in (3, 12):
+    args = m.Args(n_agents=n_agents)
+    spec = m.get_env_spec("simple_spread_v3", m.scenario_kwargs(args))
+    once = m.mlp_net(spec.state_dim, n_agents, 1.0, args)  # the script's critic
+    per_agent = m.mlp_net(spec.state_dim, 1, 1.0, args)  # the official layout: every agent's copy of the state
+    state = torch.randn(25 * 32, spec.state_dim)
+    replicated = state.repeat_interleave(n_agents, dim=0)  # (25 * 32 * n_agents, state_dim)
+    times = []
+    for critic, x in ((once, state), (per_agent, replicated)):
+        def update():
+            for _ in range(10):
+                critic.zero_grad()
+                critic(x).sum().backward()
+        update()
+        start, calls = time.perf_counter(), 0
+        while time.perf_counter() - start < 3.0:
+            update()
+            calls += 1
+        times.append(1000 * (time.perf_counter() - start) / calls)
+    print(f"| {n_agents} | {spec.state_dim} | {times[0]:.1f} | {times[1]:.1f} | {times[1] / times[0]:.2f}x |")
+PY
+}
+
 official_task() {  # runs the script on simple_spread_v3 changed into the official codes' MPE task
   python - "$script" --exp-name "${algo}_official_task" --seed "$seed" --total-timesteps 500000 "$@" <<'PY'
 import runpy, sys
@@ -157,7 +192,7 @@ PY
 
 listener_flags=(--env-id simple_speaker_listener_v4 --ppo-epoch 15)
 reference_flags=(--env-id simple_reference_v3 --ppo-epoch 15 --total-timesteps 3000000)
-if [ "$algo" = mappo ]; then  # as the official MAPPO runs these two: relu (its spread runs use tanh, our default)
+if [ "$algo" = mappo ] || [ "$algo" = rnn ]; then  # as the official MAPPO runs these two: relu (its spread runs use tanh)
   listener_flags+=(--separate-actors --activation relu)
   reference_flags+=(--activation relu)
 fi
@@ -194,5 +229,6 @@ case "${2:-}" in
     curve "__${algo}_official_task__" | tee -a "${algo}_official_task.log"
     ;;
   acting) [ "$algo" = mat ] && acting_time | tee mat_acting.log ;;
-  *) echo "usage: bash benchmark.sh mappo|mat speed|spread|listener|reference|official-task|env-rate, or bash benchmark.sh mat acting"; exit 2 ;;
+  critic) [ "$algo" = mat ] && critic_time | tee mat_critic.log ;;
+  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|listener|reference|official-task|env-rate, bash benchmark.sh mat acting|critic"; exit 2 ;;
 esac

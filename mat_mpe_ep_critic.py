@@ -1,0 +1,1100 @@
+"""The Multi-Agent Transformer (MAT, Wen et al., 2022) with a centralized critic on the environment's state.
+
+`mat_mpe.py` with one change: the values come from `mappo_mpe.py`'s EP critic, an MLP on `env.state()` run
+once per environment with one value head per agent, instead of the encoder's per-agent value head on the
+observations. The encoder-decoder still acts, and is trained by the policy loss alone. The official MAT builds
+a state input but overwrites it with zeros (its maintainers call the state code a leftover, MAT issues #8 and
+#30); this script gives it a real centralized critic.
+
+    python mat_mpe_ep_critic.py                           # simple_spread_v3, 3 agents
+    python mat_mpe_ep_critic.py --env-id simple_speaker_listener_v4 --ppo-epoch 15
+    python mat_mpe_ep_critic.py --eval-checkpoint runs/<run_name>/model.pt --capture-video
+"""
+
+import contextlib
+import dataclasses
+import importlib
+import multiprocessing as mp
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import tyro
+from torch.distributions import Categorical
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment (env k of the vector uses seed + k)"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = False
+    """if toggled, use the GPU when one is available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "mat-mpe"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """if toggled, record one evaluation episode per evaluation to `videos/{run_name}` and TensorBoard"""
+    save_model: bool = False
+    """if toggled, save the final and the best-evaluated checkpoint to `runs/{run_name}`"""
+    eval_checkpoint: str | None = None
+    """test mode: load this checkpoint, run the evaluation episodes and exit without training"""
+
+    # Environment
+    env_id: Literal["simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4"] = "simple_spread_v3"
+    """the MPE scenario"""
+    n_agents: int = 3
+    """number of agents (and landmarks) in simple_spread_v3; the other scenarios have a fixed team"""
+    num_agent_neighbors: int | None = None
+    """simple_spread_v3 only: each agent observes only its nearest K other agents (default: all)"""
+    num_landmark_neighbors: int | None = None
+    """simple_spread_v3 only: each agent observes only its nearest K landmarks (default: all)"""
+    max_cycles: int = 25
+    """steps before an episode is truncated"""
+    n_rollout_threads: int = 32
+    """number of parallel environments"""
+    n_workers: int = 0
+    """worker processes that step the environments (0: one per CPU core, at most n_rollout_threads)"""
+
+    # Algorithm
+    total_timesteps: int = 2_000_000
+    """total environment steps (each step of one env counts once, whatever the number of agents)"""
+    episode_length: int = 25
+    """steps per environment per rollout"""
+    lr: float = 7e-4
+    """learning rate of the one Adam optimizer over the transformer and the critic"""
+    linear_lr_decay: bool = False
+    """if toggled, the learning rate decays linearly to 0 over training"""
+    ppo_epoch: int = 10
+    """passes over each rollout"""
+    num_mini_batch: int = 1
+    """minibatches per pass; must divide episode_length * n_rollout_threads"""
+    clip: float = 0.05
+    """PPO clipping range of the policy ratio and of the value change (official MAT MPE setting)"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """lambda of generalized advantage estimation"""
+    ent_coef: float = 0.01
+    """coefficient of the entropy bonus"""
+    vf_coef: float = 1.0
+    """coefficient of the value loss"""
+    max_grad_norm: float = 10.0
+    """gradient norm clip, applied to the transformer and the critic separately"""
+    n_block: int = 1
+    """transformer blocks in the encoder and in the decoder"""
+    n_embd: int = 64
+    """width of the token embeddings"""
+    n_head: int = 1
+    """attention heads; must divide n_embd"""
+    hidden_size: int = 64
+    """width of the two hidden layers of the critic"""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """hidden-layer activation of the critic (tanh, as mappo_mpe.py on spread)"""
+    feature_norm: bool = True
+    """if toggled, LayerNorm is applied to the critic's input, the state"""
+    use_valuenorm: bool = True
+    """if toggled, the critic learns returns normalized by running statistics (ValueNorm)"""
+    huber_delta: float = 10.0
+    """delta of the Huber value loss (on normalized returns)"""
+    clipped_value_loss: bool = True
+    """if toggled, the value loss is the larger of the plain and the clipped-prediction loss"""
+    shuffle_agents: bool = False
+    """if toggled, every training sample sees its agents in a fresh random order (the decoding order is
+    then no longer fixed; the official code meant to do this but never did)"""
+    team_reward: bool = True
+    """if toggled, every agent is trained on the mean of all agents' rewards"""
+
+    # Evaluation and logging
+    eval_interval: int = 50_000
+    """environment steps between deterministic evaluations"""
+    n_eval_episodes: int = 32
+    """episodes per evaluation (one per evaluation env)"""
+    log_interval: int = 20_000
+    """environment steps between progress lines"""
+
+
+# ----------------------------------------------------------------------------------------------------
+# Environments
+# ----------------------------------------------------------------------------------------------------
+
+
+class EnvSpec(NamedTuple):
+    agents: list[str]
+    obs_dim: int  # largest agent observation; smaller ones are zero-padded
+    action_dim: int  # largest agent action space; the extra actions are masked out
+    state_dim: int
+    avail_actions: np.ndarray  # (n_agents, action_dim) bool, fixed per agent in MPE
+
+
+def scenario_kwargs(args: Args) -> dict:
+    """Keyword arguments of the mpe2 scenario: the episode length, and on simple_spread_v3 the team size and
+    how many agents and landmarks each agent observes."""
+    kwargs = dict(max_cycles=args.max_cycles)
+    if args.env_id == "simple_spread_v3":
+        kwargs.update(
+            N=args.n_agents,
+            num_agent_neighbors=args.num_agent_neighbors,
+            num_landmark_neighbors=args.num_landmark_neighbors,
+        )
+    return kwargs
+
+
+def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
+    """mpe2's raw AEC env, stepped by `reset_env` and `step_env` rather than through PettingZoo's parallel
+    wrapper: the same dynamics, without wrappers that check every call (the env workers check all actions of a
+    step at once) and without observing each agent several times per step (see `step_env`)."""
+    module = importlib.import_module(f"mpe2.{env_id}")
+    return module.raw_env(**scenario, continuous_actions=False, render_mode=render_mode)
+
+
+def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
+    env = make_env(env_id, scenario)
+    agents = list(env.possible_agents)
+    obs_dims = [env.observation_space(a).shape[0] for a in agents]
+    action_dims = [int(env.action_space(a).n) for a in agents]
+    avail = np.zeros((len(agents), max(action_dims)), dtype=bool)
+    for i, n in enumerate(action_dims):
+        avail[i, :n] = True
+    env.reset(seed=0)
+    spec = EnvSpec(agents, max(obs_dims), max(action_dims), env.state().shape[0], avail)
+    env.close()
+    return spec
+
+
+def observe_env(env, obs_dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Observations (n_agents, obs_dim) float32, zero-padded for agents with smaller ones, and the global state.
+    mpe2's `state()` is the concatenation of all agents' observations, so it is joined from the ones just read
+    instead of observing every agent again."""
+    agent_obs = [env.observe(a) for a in env.possible_agents]
+    obs = np.zeros((len(agent_obs), obs_dim), dtype=np.float32)
+    for i, o in enumerate(agent_obs):
+        obs[i, : o.shape[0]] = o
+    return obs, np.concatenate(agent_obs)
+
+
+def reset_env(env, obs_dim: int, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    env.reset(seed=seed)
+    return observe_env(env, obs_dim)
+
+
+def step_env(env, actions: np.ndarray, obs_dim: int) -> tuple[np.ndarray, ...]:
+    """One simultaneous step of all agents: in the AEC env each agent acts in turn and the world moves after the
+    last one. Returns obs, state, rewards, terminated, truncated, as a step of mpe2's `parallel_env` followed by
+    `state()` would, but reads each observation once (the wrapper observes each agent before its action, and
+    `state()` observes all of them again)."""
+    for action in actions:
+        env.step(int(action))
+    agents = env.possible_agents
+    obs, state = observe_env(env, obs_dim)
+    rewards = np.array([env.rewards[a] for a in agents], dtype=np.float32)
+    terminated = np.array([env.terminations[a] for a in agents])
+    truncated = np.array([env.truncations[a] for a in agents])
+    return obs, state, rewards, terminated, truncated
+
+
+class StepResult(NamedTuple):
+    obs: np.ndarray  # (n_envs, n_agents, obs_dim), already reset where an episode ended
+    state: np.ndarray  # (n_envs, state_dim)
+    rewards: np.ndarray  # (n_envs, n_agents)
+    terminated: np.ndarray  # (n_envs, n_agents) bool
+    truncated: np.ndarray  # (n_envs, n_agents) bool
+    final_obs: np.ndarray  # (n_envs, n_agents, obs_dim): last obs of an ended episode, zeros elsewhere
+    final_state: np.ndarray  # (n_envs, state_dim): likewise
+
+    @property
+    def ended(self) -> np.ndarray:
+        """(n_envs,) bool: the env's episode is over for every agent (and the env was reset)."""
+        return (self.terminated | self.truncated).all(axis=1)
+
+
+def env_worker(conn, parent_conn, env_id: str, scenario: dict, seeds: list[int], obs_dim: int):
+    """Steps a slice of the environments and answers the main process with stacked arrays."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is handled by the main process alone
+    parent_conn.close()
+    parent_pid = os.getppid()
+    try:
+        envs = [make_env(env_id, scenario) for _ in seeds]
+        agents = envs[0].possible_agents
+        n_actions = np.array([envs[0].action_space(a).n for a in agents])
+        while True:
+            while not conn.poll(5.0):
+                if os.getppid() != parent_pid:  # the main process is gone: do not linger as an orphan
+                    return
+            cmd, data = conn.recv()
+            if cmd == "reset":
+                first = [reset_env(env, obs_dim, seed) for env, seed in zip(envs, seeds)]
+                conn.send(("ok", tuple(np.stack(field) for field in zip(*first))))
+            elif cmd == "step":
+                invalid = (data < 0) | (data >= n_actions)
+                if invalid.any():
+                    k, i = np.argwhere(invalid)[0]
+                    raise ValueError(f"action {data[k, i]} is not one of the {n_actions[i]} actions of {agents[i]}")
+                results = []
+                for env, env_actions in zip(envs, data):
+                    obs, state, rewards, terminated, truncated = step_env(env, env_actions, obs_dim)
+                    final_obs, final_state = np.zeros_like(obs), np.zeros_like(state)
+                    if (terminated | truncated).all():
+                        final_obs, final_state = obs, state
+                        obs, state = reset_env(env, obs_dim)
+                    results.append((obs, state, rewards, terminated, truncated, final_obs, final_state))
+                conn.send(("ok", StepResult(*(np.stack(field) for field in zip(*results)))))
+            elif cmd == "close":
+                return
+    except Exception as e:  # report, then let the main process raise
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+    finally:
+        conn.close()
+
+
+class VecEnv:
+    """`n_envs` mpe2 envs split over `n_workers` processes (0: one per CPU core); ended episodes are reset in the
+    workers. Env k is seeded with `seed + k` at the first reset."""
+
+    def __init__(self, env_id: str, scenario: dict, n_envs: int, n_workers: int, seed: int):
+        self.spec = get_env_spec(env_id, scenario)
+        self.n_envs = n_envs
+        n_workers = min(n_workers or os.cpu_count() or 1, n_envs)
+        self.slices = np.array_split(np.arange(n_envs), n_workers)
+        ctx = mp.get_context()
+        self.conns, self.processes = [], []
+        for idx in self.slices:
+            parent_conn, child_conn = ctx.Pipe()
+            seeds = [seed + int(k) for k in idx]
+            worker_args = (child_conn, parent_conn, env_id, scenario, seeds, self.spec.obs_dim)
+            p = ctx.Process(target=env_worker, args=worker_args, daemon=True)
+            p.start()
+            child_conn.close()
+            self.conns.append(parent_conn)
+            self.processes.append(p)
+        self.closed = False
+
+    def _fail(self, i: int, reason: str | None = None):
+        self.close()
+        exitcode = self.processes[i].exitcode
+        raise RuntimeError(f"env worker {i} " + (f"failed: {reason}" if reason else f"died (exit code {exitcode})"))
+
+    def _recv(self, i: int):
+        conn, process = self.conns[i], self.processes[i]
+        while not conn.poll(1.0):  # returns at once when the answer is there; the timeout only spots a dead worker
+            if not process.is_alive():
+                self._fail(i)
+        try:
+            status, payload = conn.recv()
+        except (EOFError, ConnectionResetError):
+            self._fail(i)
+        if status == "error":
+            self._fail(i, payload)
+        return payload
+
+    def _gather(self, cmd: str, data=None):
+        for i, (conn, idx) in enumerate(zip(self.conns, self.slices)):
+            try:
+                conn.send((cmd, None if data is None else data[idx]))
+            except (BrokenPipeError, ConnectionResetError):
+                self._fail(i)
+        return [self._recv(i) for i in range(len(self.conns))]
+
+    def reset(self) -> tuple[np.ndarray, np.ndarray]:
+        """Returns obs (n_envs, n_agents, obs_dim) and state (n_envs, state_dim)."""
+        results = self._gather("reset")
+        return np.concatenate([o for o, _ in results]), np.concatenate([s for _, s in results])
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        results = self._gather("step", actions)
+        return StepResult(*(np.concatenate(field) for field in zip(*results)))
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        for conn in self.conns:
+            try:
+                conn.send(("close", None))
+            except (BrokenPipeError, OSError):
+                pass
+        for p in self.processes:
+            p.join(timeout=1.0)
+            if p.is_alive():
+                p.terminate()
+                p.join()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Networks
+# ----------------------------------------------------------------------------------------------------
+
+
+def layer_init(layer: nn.Linear, gain: float = np.sqrt(2)) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)
+    if layer.bias is not None:
+        nn.init.constant_(layer.bias, 0.0)
+    return layer
+
+
+def feed_forward(n_embd: int) -> nn.Sequential:
+    """The feed-forward part of a block; like every output layer here it starts small (gain 0.01)."""
+    return nn.Sequential(layer_init(nn.Linear(n_embd, n_embd)), nn.GELU(), layer_init(nn.Linear(n_embd, n_embd), 0.01))
+
+
+def head(n_embd: int, out_dim: int) -> nn.Sequential:
+    """Output head of the encoder (values) and the decoder (logits)."""
+    return nn.Sequential(
+        layer_init(nn.Linear(n_embd, n_embd)),
+        nn.GELU(),
+        nn.LayerNorm(n_embd),
+        layer_init(nn.Linear(n_embd, out_dim), 0.01),
+    )
+
+
+def mlp(in_dim: int, args: Args) -> nn.Sequential:
+    """The official MAPPO trunk: [LayerNorm] -> 2 x (Linear, activation, LayerNorm), `hidden_size` wide. Linear
+    layers start orthogonal with the activation's recommended gain (tanh 5/3, relu sqrt(2))."""
+    hidden = args.hidden_size
+    act, gain = {"tanh": nn.Tanh, "relu": nn.ReLU}[args.activation], nn.init.calculate_gain(args.activation)
+    layers = [nn.LayerNorm(in_dim)] if args.feature_norm else []
+    layers += [layer_init(nn.Linear(in_dim, hidden), gain), act(), nn.LayerNorm(hidden)]
+    layers += [layer_init(nn.Linear(hidden, hidden), gain), act(), nn.LayerNorm(hidden)]
+    return nn.Sequential(*layers)
+
+
+def mlp_net(in_dim: int, out_dim: int, out_gain: float, args: Args) -> nn.Sequential:
+    """The trunk and a linear output layer (gain 0.01 for action logits, 1 for values)."""
+    return nn.Sequential(mlp(in_dim, args), layer_init(nn.Linear(args.hidden_size, out_dim), out_gain))
+
+
+class Attention(nn.Module):
+    """Multi-head attention over the agent sequence; if `causal`, agent i attends to agents 0..i only.
+
+    Called either with the whole sequence or, with a `cache` (a dict owned by this layer for one
+    decoding), with one new position at a time: the cache keeps the keys and values of earlier positions,
+    so each call costs one position's work, and the newest position may see every cached key.
+    """
+
+    def __init__(self, n_embd: int, n_head: int, causal: bool):
+        super().__init__()
+        self.n_head, self.causal = n_head, causal
+        self.query, self.key, self.value, self.proj = (layer_init(nn.Linear(n_embd, n_embd), 0.01) for _ in range(4))
+
+    def forward(self, query_in: torch.Tensor, key_value_in: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
+        B, n_queries, n_embd = query_in.shape
+        heads = lambda x: x.view(B, -1, self.n_head, n_embd // self.n_head).transpose(1, 2)  # noqa: E731
+        q = heads(self.query(query_in))  # (B, n_head, n_queries, head_dim)
+        k, v = heads(self.key(key_value_in)), heads(self.value(key_value_in))
+        if cache is not None:
+            if cache:
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+            cache["k"], cache["v"] = k, v
+        causal = self.causal and n_queries > 1  # a single newest query sees all positions up to its own
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # (B, n_head, n_queries, head_dim)
+        return self.proj(y.transpose(1, 2).reshape(B, n_queries, n_embd))
+
+
+class EncodeBlock(nn.Module):
+    def __init__(self, n_embd: int, n_head: int):
+        super().__init__()
+        self.attn = Attention(n_embd, n_head, causal=False)
+        self.mlp = feed_forward(n_embd)
+        self.ln1, self.ln2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.ln1(x + self.attn(x, x))
+        return self.ln2(x + self.mlp(x))
+
+
+class DecodeBlock(nn.Module):
+    """Causal self-attention over the action stream, then each agent's observation representation attends
+    to the action stream (causally: agent i sees the actions of agents before it), then an MLP."""
+
+    def __init__(self, n_embd: int, n_head: int):
+        super().__init__()
+        self.self_attn = Attention(n_embd, n_head, causal=True)
+        self.obs_attn = Attention(n_embd, n_head, causal=True)
+        self.mlp = feed_forward(n_embd)
+        self.ln1, self.ln2, self.ln3 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
+
+    def forward(self, x: torch.Tensor, obs_rep: torch.Tensor, cache: list[dict] | None = None) -> torch.Tensor:
+        self_cache, obs_cache = cache if cache is not None else (None, None)
+        x = self.ln1(x + self.self_attn(x, x, self_cache))
+        x = self.ln2(obs_rep + self.obs_attn(obs_rep, x, obs_cache))
+        return self.ln3(x + self.mlp(x))
+
+
+def shift_actions(actions: torch.Tensor, action_dim: int) -> torch.Tensor:
+    """Decoder inputs (B, n_agents, action_dim + 1) for actions (B, n_agents): agent 0 gets the start token
+    (slot 0), agent i the one-hot of agent i-1's action (slots 1..action_dim)."""
+    start = torch.zeros_like(actions[:, :1])
+    return F.one_hot(torch.cat([start, actions[:, :-1] + 1], dim=1), action_dim + 1).float()
+
+
+class MultiAgentTransformer(nn.Module):
+    """Encoder: observations -> representations; decoder: representations and earlier agents' actions -> the
+    next agent's action logits; critic: the env's state -> one value per agent."""
+
+    def __init__(self, spec: EnvSpec, args: Args):
+        super().__init__()
+        n_agents, n_embd = len(spec.agents), args.n_embd
+        self.obs_dim, self.action_dim = spec.obs_dim, spec.action_dim
+        self.register_buffer("agent_ids", torch.eye(n_agents))
+        self.register_buffer("avail_actions", torch.as_tensor(spec.avail_actions))
+        in_dim = spec.obs_dim + n_agents
+        self.obs_encoder = nn.Sequential(
+            nn.LayerNorm(in_dim), layer_init(nn.Linear(in_dim, n_embd)), nn.GELU(), nn.LayerNorm(n_embd)
+        )
+        self.encoder_blocks = nn.Sequential(*(EncodeBlock(n_embd, args.n_head) for _ in range(args.n_block)))
+        self.action_encoder = nn.Sequential(
+            layer_init(nn.Linear(spec.action_dim + 1, n_embd, bias=False)), nn.GELU(), nn.LayerNorm(n_embd)
+        )
+        self.decoder_blocks = nn.ModuleList(DecodeBlock(n_embd, args.n_head) for _ in range(args.n_block))
+        self.action_head = head(n_embd, spec.action_dim)
+        # mappo_mpe.py's EP critic: one pass per env on the shared state, one value head per agent (agents' returns
+        # differ without --team-reward)
+        self.critic = mlp_net(spec.state_dim, n_agents, 1.0, args)
+
+    def agent_inputs(self, obs: torch.Tensor, agent_order: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Observations with each agent's one-hot id appended, and the available actions, both in sequence
+        order; `agent_order` (B, n_agents) says which agent sits at each position (None: 0, 1, ...)."""
+        if agent_order is None:
+            ids, avail = self.agent_ids.expand(obs.shape[0], -1, -1), self.avail_actions
+        else:
+            ids, avail = self.agent_ids[agent_order], self.avail_actions[agent_order]
+        return torch.cat([obs, ids], dim=-1), avail
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Representations (B, n_agents, n_embd)."""
+        return self.encoder_blocks(self.obs_encoder(x))
+
+    def get_value(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """(B, n_agents) values, normalized when ValueNorm is on, from the state (B, state_dim) alone: one critic
+        row per env. `obs` is unused; the signature is the one of `mappo_mpe.py`'s rollout buffer, shared here."""
+        return self.critic(state)
+
+    def decode(self, shifted_actions: torch.Tensor, obs_rep: torch.Tensor, cache: list | None = None) -> torch.Tensor:
+        """Unmasked logits (B, L, action_dim) for L positions; with a cache, the L positions follow the cached ones."""
+        x = self.action_encoder(shifted_actions)
+        for i, block in enumerate(self.decoder_blocks):
+            x = block(x, obs_rep, None if cache is None else cache[i])
+        return self.action_head(x)
+
+    def decode_autoregressive(
+        self, obs_rep: torch.Tensor, avail: torch.Tensor, deterministic: bool, use_kv_cache: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Actions and log-probs (B, n_agents) and masked logits (B, n_agents, action_dim), agent by agent.
+
+        With the cache each step feeds only agent i's position through the decoder. Without it, each step
+        re-decodes the whole sequence (as the official code does): the same logits at quadratic cost.
+        """
+        B, n_agents, _ = obs_rep.shape
+        shifted = torch.zeros(B, n_agents, self.action_dim + 1, device=obs_rep.device)  # filled in as agents act
+        shifted[:, 0, 0] = 1.0
+        actions = torch.zeros(B, n_agents, dtype=torch.long, device=obs_rep.device)
+        logprobs = torch.zeros(B, n_agents, device=obs_rep.device)
+        logits = torch.zeros(B, n_agents, self.action_dim, device=obs_rep.device)
+        cache = [[{}, {}] for _ in self.decoder_blocks] if use_kv_cache else None
+        for i in range(n_agents):
+            if use_kv_cache:
+                step_logits = self.decode(shifted[:, i : i + 1], obs_rep[:, i : i + 1], cache)[:, 0]
+            else:
+                step_logits = self.decode(shifted, obs_rep)[:, i]
+            logits[:, i] = step_logits.masked_fill(~avail[..., i, :], -1e10)
+            dist = Categorical(logits=logits[:, i], validate_args=False)
+            actions[:, i] = dist.probs.argmax(-1) if deterministic else dist.sample()
+            logprobs[:, i] = dist.log_prob(actions[:, i])
+            if i + 1 < n_agents:
+                shifted[:, i + 1, 1:] = F.one_hot(actions[:, i], self.action_dim).float()
+        return actions, logprobs, logits
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actions and their log-probabilities, both (B, n_agents)."""
+        x, avail = self.agent_inputs(obs, None)
+        actions, logprobs, _ = self.decode_autoregressive(self.encode(x), avail, deterministic)
+        return actions, logprobs
+
+    def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor, agent_order: torch.Tensor | None = None):
+        """Log-probs and entropies, both (B, n_agents), of given joint actions in one teacher-forced pass."""
+        x, avail = self.agent_inputs(obs, agent_order)
+        logits = self.decode(shift_actions(actions, self.action_dim), self.encode(x)).masked_fill(~avail, -1e10)
+        dist = Categorical(logits=logits, validate_args=False)
+        return dist.log_prob(actions), dist.entropy()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Value normalization
+# ----------------------------------------------------------------------------------------------------
+
+
+class ValueNorm(nn.Module):
+    """Running mean/variance of the returns with debiased exponential averages (official MAPPO)."""
+
+    def __init__(self, beta: float = 0.99999, epsilon: float = 1e-5, min_var: float = 1e-2):
+        super().__init__()
+        self.beta, self.epsilon, self.min_var = beta, epsilon, min_var
+        self.register_buffer("running_mean", torch.zeros(()))
+        self.register_buffer("running_mean_sq", torch.zeros(()))
+        self.register_buffer("debiasing_term", torch.zeros(()))
+
+    def mean_var(self) -> tuple[torch.Tensor, torch.Tensor]:
+        debias = self.debiasing_term.clamp(min=self.epsilon)
+        mean = self.running_mean / debias
+        var = (self.running_mean_sq / debias - mean**2).clamp(min=self.min_var)
+        return mean, var
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor):
+        self.running_mean.mul_(self.beta).add_(x.mean() * (1 - self.beta))
+        self.running_mean_sq.mul_(self.beta).add_((x**2).mean() * (1 - self.beta))
+        self.debiasing_term.mul_(self.beta).add_(1 - self.beta)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        mean, var = self.mean_var()
+        return (x - mean) / var.sqrt()
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        mean, var = self.mean_var()
+        return x * var.sqrt() + mean
+
+
+class IdentityNorm(nn.Module):
+    """Stands in for ValueNorm with --no-use-valuenorm."""
+
+    def update(self, x: torch.Tensor):
+        pass
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+# ----------------------------------------------------------------------------------------------------
+# Rollout buffer and GAE
+# ----------------------------------------------------------------------------------------------------
+
+
+class RolloutBuffer:
+    """One rollout of T steps; index t holds the input at step t and what followed from acting on it."""
+
+    def __init__(self, T: int, n_envs: int, spec: EnvSpec, device: torch.device):
+        n_agents = len(spec.agents)
+        zeros = lambda *shape, dtype=torch.float32: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
+        self.obs = zeros(T + 1, n_envs, n_agents, spec.obs_dim)
+        self.state = zeros(T + 1, n_envs, spec.state_dim)
+        self.values = zeros(T + 1, n_envs, n_agents)  # denormalized: on the scale of the returns
+        self.actions = zeros(T, n_envs, n_agents, dtype=torch.long)
+        self.logprobs = zeros(T, n_envs, n_agents)
+        self.rewards = zeros(T, n_envs, n_agents)
+        self.terminated = zeros(T, n_envs, n_agents, dtype=torch.bool)
+        self.truncated = zeros(T, n_envs, n_agents, dtype=torch.bool)
+        self.final_obs = zeros(T, n_envs, n_agents, spec.obs_dim)  # last obs of an episode that ended at t
+        self.final_state = zeros(T, n_envs, spec.state_dim)
+        self.final_values = zeros(T, n_envs, n_agents)  # their values, to bootstrap truncated episodes
+
+    def insert(self, t: int, actions: torch.Tensor, logprobs: torch.Tensor, rewards: torch.Tensor, step: StepResult):
+        """Stores what acting on the input at step t gave, and the input of step t + 1."""
+        self.actions[t], self.logprobs[t], self.rewards[t] = actions, logprobs, rewards
+        self.terminated[t], self.truncated[t] = torch.from_numpy(step.terminated), torch.from_numpy(step.truncated)
+        self.obs[t + 1], self.state[t + 1] = torch.from_numpy(step.obs), torch.from_numpy(step.state)
+        self.final_obs[t], self.final_state[t] = torch.from_numpy(step.final_obs), torch.from_numpy(step.final_state)
+
+    @torch.no_grad()
+    def compute_values(self, agent: nn.Module, value_norm):
+        """All values of the rollout in one batched critic pass, on the scale of the returns."""
+        value = lambda obs, state: value_norm.denormalize(agent.get_value(obs.flatten(0, 1), state.flatten(0, 1)))  # noqa: E731
+        self.values[:] = value(self.obs, self.state).view_as(self.values)
+        self.final_values[:] = value(self.final_obs, self.final_state).view_as(self.final_values)
+
+    def start_next_rollout(self):
+        self.obs[0], self.state[0] = self.obs[-1], self.state[-1]
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    final_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE over (T, ...) tensors; `values` has T+1 entries.
+
+    A truncated episode bootstraps from the value of its final observation (`final_values`), a terminated
+    one from zero; neither lets the advantage flow into the next episode.
+    """
+    next_values = torch.where(truncated, final_values, values[1:]) * ~terminated
+    deltas = rewards + gamma * next_values - values[:-1]
+    episode_continues = ~(terminated | truncated)
+    advantages = torch.zeros_like(rewards)
+    gae = torch.zeros_like(rewards[0])
+    for t in reversed(range(rewards.shape[0])):
+        gae = deltas[t] + gamma * gae_lambda * gae * episode_continues[t]
+        advantages[t] = gae
+    return advantages, advantages + values[:-1]
+
+
+# ----------------------------------------------------------------------------------------------------
+# PPO update
+# ----------------------------------------------------------------------------------------------------
+
+
+def policy_loss_fn(new_logprob, old_logprob, advantages, clip: float) -> tuple[torch.Tensor, dict]:
+    logratio = new_logprob - old_logprob
+    ratio = logratio.exp()
+    surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip, 1 + clip) * advantages)
+    with torch.no_grad():
+        stats = {
+            "approx_kl": ((ratio - 1) - logratio).mean(),
+            "clipfrac": ((ratio - 1).abs() > clip).float().mean(),
+            "ratio": ratio.mean(),
+        }
+    return -surrogate.mean(), stats
+
+
+def value_loss_fn(values, old_values, returns, clip: float, huber_delta: float, clipped: bool) -> torch.Tensor:
+    """Huber loss of normalized values against normalized returns, optionally PPO-clipped."""
+    loss = F.huber_loss(values, returns, reduction="none", delta=huber_delta)
+    if clipped:
+        values_clipped = old_values + (values - old_values).clamp(-clip, clip)
+        loss = torch.max(loss, F.huber_loss(values_clipped, returns, reduction="none", delta=huber_delta))
+    return loss.mean()
+
+
+def minibatch_indices(batch_size: int, num_mini_batch: int, device: torch.device) -> list:
+    """Disjoint random minibatches covering the batch, for one PPO epoch. A single minibatch is the whole batch
+    in its stored order: the order does not change its gradient, and a slice spares copying the batch."""
+    if num_mini_batch == 1:
+        return [slice(None)]
+    return list(torch.randperm(batch_size, device=device).split(batch_size // num_mini_batch))
+
+
+def ppo_update(
+    agent: MultiAgentTransformer, optimizer, value_norm, buffer: RolloutBuffer, advantages, returns, args: Args
+) -> dict:
+    """`ppo_epoch` passes of minibatches over the rollout; each sample keeps its whole agent sequence and its
+    env's state, from which the critic gives all of its agents' values in one row."""
+    flat = lambda x: x.flatten(0, 1)  # (T, n_envs, ...) -> (T * n_envs, ...)  # noqa: E731
+    obs, state, actions, old_logprobs = (
+        flat(buffer.obs[:-1]),
+        flat(buffer.state[:-1]),
+        flat(buffer.actions),
+        flat(buffer.logprobs),
+    )
+    value_norm.update(returns)
+    norm_returns, old_values = flat(value_norm.normalize(returns)), flat(value_norm.normalize(buffer.values[:-1]))
+    advantages = flat((advantages - advantages.mean()) / (advantages.std() + 1e-5))
+
+    batch_size, n_agents = obs.shape[:2]
+    minibatch_size = batch_size // args.num_mini_batch
+    actor_params = [p for name, p in agent.named_parameters() if not name.startswith("critic.")]
+    stats = []
+    for _ in range(args.ppo_epoch):
+        for mb in minibatch_indices(batch_size, args.num_mini_batch, obs.device):
+            batch = [x[mb] for x in (obs, actions, old_logprobs, advantages)]
+            agent_order = None
+            if args.shuffle_agents:  # a random agent order per sample; the one-hot ids travel with the obs
+                agent_order = torch.rand(minibatch_size, n_agents, device=obs.device).argsort(dim=1)  # (mb, n_agents)
+                rows = torch.arange(minibatch_size, device=obs.device).unsqueeze(1)
+                batch = [x[rows, agent_order] for x in batch]
+            mb_obs, mb_actions, mb_old_logprobs, mb_advantages = batch
+            logprobs, entropy = agent.evaluate_actions(mb_obs, mb_actions, agent_order)
+            policy_loss, pg_stats = policy_loss_fn(logprobs, mb_old_logprobs, mb_advantages, args.clip)
+            entropy = entropy.mean()
+            values = agent.get_value(obs[mb], state[mb])  # in the agents' own order, whatever agent_order is
+            value_loss = value_loss_fn(
+                values, old_values[mb], norm_returns[mb], args.clip, args.huber_delta, args.clipped_value_loss
+            )
+            optimizer.zero_grad()
+            (policy_loss - args.ent_coef * entropy + args.vf_coef * value_loss).backward()
+            actor_grad_norm = nn.utils.clip_grad_norm_(actor_params, args.max_grad_norm)
+            critic_grad_norm = nn.utils.clip_grad_norm_(agent.critic.parameters(), args.max_grad_norm)
+            optimizer.step()
+            stats.append(
+                {
+                    "policy_loss": policy_loss.detach(),
+                    "value_loss": value_loss.detach(),
+                    "entropy": entropy.detach(),
+                    "actor_grad_norm": actor_grad_norm,
+                    "critic_grad_norm": critic_grad_norm,
+                    **pg_stats,
+                }
+            )
+    return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
+    var_returns = returns.var()
+    return float("nan") if var_returns == 0 else (1 - (returns - values).var() / var_returns).item()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Evaluation, video and checkpoints
+# ----------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def evaluate(agent: nn.Module, envs: VecEnv, device: torch.device) -> np.ndarray:
+    """One deterministic episode per env; returns each episode's per-agent returns (n_envs, n_agents)."""
+    obs, _ = envs.reset()
+    returns = np.zeros((envs.n_envs, len(envs.spec.agents)), dtype=np.float64)
+    finished = np.zeros(envs.n_envs, dtype=bool)
+    while not finished.all():
+        actions, _ = agent.act(torch.from_numpy(obs).to(device), deterministic=True)
+        step = envs.step(actions.cpu().numpy())
+        returns[~finished] += step.rewards[~finished]
+        finished |= step.ended
+        obs = step.obs
+    return returns
+
+
+@torch.no_grad()
+def record_episode(agent: nn.Module, args: Args, device: torch.device, seed: int) -> np.ndarray:
+    """Frames (T+1, H, W, 3) uint8 of one deterministic episode rendered headless."""
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    env = make_env(args.env_id, scenario_kwargs(args), render_mode="rgb_array")
+    obs, _ = reset_env(env, agent.obs_dim, seed)
+    frames, ended = [env.render()], False
+    while not ended:
+        actions, _ = agent.act(torch.from_numpy(obs).unsqueeze(0).to(device), deterministic=True)
+        obs, _, _, terminated, truncated = step_env(env, actions[0].cpu().numpy(), agent.obs_dim)
+        frames.append(env.render())
+        ended = (terminated | truncated).all()
+    env.close()
+    return np.stack(frames)
+
+
+def log_video(frames: np.ndarray, path: str, writer, global_step: int, fps: int = 10):
+    import imageio
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    imageio.mimwrite(path, frames, fps=fps, macro_block_size=1)
+    small = torch.from_numpy(frames[:, ::2, ::2]).permute(0, 3, 1, 2).unsqueeze(0)  # (1, T, 3, H/2, W/2)
+    writer.add_video("eval/video", small, global_step, fps=fps)
+
+
+def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Args, global_step: int):
+    torch.save(
+        {
+            "agent": agent.state_dict(),
+            "value_norm": value_norm.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "args": dataclasses.asdict(args),
+            "global_step": global_step,
+        },
+        path,
+    )
+
+
+def load_checkpoint(path: str, device: torch.device) -> dict:
+    """The checkpoint dict; a missing, corrupt or foreign file ends the program with a one-line error."""
+    if not os.path.isfile(path):
+        raise SystemExit(f"error: checkpoint not found: {path}")
+    try:
+        checkpoint = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:
+        raise SystemExit(
+            f"error: cannot read checkpoint {path}: {type(e).__name__}: {str(e).splitlines()[0]}"
+        ) from None
+    missing = {"agent", "value_norm", "optimizer", "args", "global_step"} - set(
+        checkpoint if isinstance(checkpoint, dict) else {}
+    )
+    if missing:
+        raise SystemExit(f"error: {path} is not a {Args.exp_name} checkpoint (missing {sorted(missing)})")
+    return checkpoint
+
+
+def build_agent(spec: EnvSpec, args: Args, device: torch.device):
+    agent = MultiAgentTransformer(spec, args).to(device)
+    value_norm = (ValueNorm() if args.use_valuenorm else IdentityNorm()).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5, fused=True)  # one kernel for all parameters
+    return agent, value_norm, optimizer
+
+
+def restore(checkpoint: dict, agent: nn.Module, value_norm, optimizer, path: str):
+    try:
+        agent.load_state_dict(checkpoint["agent"])
+        value_norm.load_state_dict(checkpoint["value_norm"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as e:
+        raise SystemExit(f"error: checkpoint {path} does not fit this model: {str(e).splitlines()[0]}") from None
+
+
+# ----------------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------------
+
+
+def check_args(args: Args):
+    """Reject settings that cannot work, with one line each, before any process is started."""
+    batch = args.episode_length * args.n_rollout_threads
+    problems = [
+        (args.n_rollout_threads < 1, "--n-rollout-threads must be at least 1"),
+        (args.n_agents < 1, "--n-agents must be at least 1"),
+        (args.episode_length < 1 or args.max_cycles < 1, "--episode-length and --max-cycles must be at least 1"),
+        (
+            args.env_id != "simple_spread_v3"
+            and (args.num_agent_neighbors is not None or args.num_landmark_neighbors is not None),
+            f"--num-agent-neighbors and --num-landmark-neighbors apply to simple_spread_v3 only, not {args.env_id}",
+        ),
+        (
+            args.num_agent_neighbors is not None and not 1 <= args.num_agent_neighbors <= args.n_agents - 1,
+            f"--num-agent-neighbors must be between 1 and n_agents - 1 = {args.n_agents - 1}",
+        ),
+        (
+            args.num_landmark_neighbors is not None and not 1 <= args.num_landmark_neighbors <= args.n_agents,
+            f"--num-landmark-neighbors must be between 1 and the {args.n_agents} landmarks",
+        ),
+        (
+            args.num_mini_batch < 1 or batch % args.num_mini_batch != 0,
+            f"--num-mini-batch {args.num_mini_batch} does not divide the rollout of {batch} env steps "
+            f"(episode_length {args.episode_length} x n_rollout_threads {args.n_rollout_threads})",
+        ),
+        (
+            args.eval_checkpoint is None and args.total_timesteps < batch,
+            f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} env steps)",
+        ),
+        (args.n_eval_episodes < 1, "--n-eval-episodes must be at least 1"),
+        (args.n_block < 1 or args.n_embd < 1, "--n-block and --n-embd must be at least 1"),
+        (
+            args.n_head < 1 or args.n_embd % args.n_head != 0,
+            f"--n-head {args.n_head} does not divide --n-embd {args.n_embd}",
+        ),
+    ]
+    for failed, message in problems:
+        if failed:
+            raise SystemExit(f"error: {message}")
+
+
+def select_device(want_cuda: bool) -> torch.device:
+    if want_cuda and not torch.cuda.is_available():
+        print("warning: --cuda was given but no GPU is available; running on CPU")
+    return torch.device("cuda" if want_cuda and torch.cuda.is_available() else "cpu")
+
+
+def seed_everything(seed: int, torch_deterministic: bool):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = torch_deterministic
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """Runs the block with `n` torch threads, then restores the previous count."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+class EpisodeReturns:
+    """Per-agent returns of the training envs' episodes; `pop()` gives those ended since the last call."""
+
+    def __init__(self, n_envs: int, n_agents: int):
+        self.running = np.zeros((n_envs, n_agents))
+        self.ended = np.zeros((0, n_agents))
+
+    def add(self, rewards: np.ndarray, ended: np.ndarray):
+        self.running += rewards
+        self.ended = np.concatenate([self.ended, self.running[ended]])
+        self.running[ended] = 0.0
+
+    def pop(self) -> np.ndarray:
+        """(n_episodes, n_agents) returns of the episodes ended since the last call."""
+        ended, self.ended = self.ended, self.ended[:0]
+        return ended
+
+
+def start_logging(run_name: str, args: Args):
+    """A TensorBoard writer for `runs/{run_name}` with a table of the arguments; mirrored to wandb with --track."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    writer = SummaryWriter(f"runs/{run_name}")
+    table = "\n".join(f"|{k}|{v}|" for k, v in vars(args).items())
+    writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+    return writer
+
+
+def log_iteration(writer, global_step: int, sps: int, lr: float, losses: dict, episode_returns: np.ndarray, agents):
+    writer.add_scalar("charts/SPS", sps, global_step)
+    writer.add_scalar("charts/learning_rate", lr, global_step)
+    for name, value in losses.items():
+        writer.add_scalar(f"losses/{name}", value, global_step)
+    if len(episode_returns):
+        writer.add_scalar("charts/episodic_return", episode_returns.mean(), global_step)
+        writer.add_scalar("charts/team_return", episode_returns.sum(axis=1).mean(), global_step)
+        for name, r in zip(agents, episode_returns.mean(axis=0)):
+            writer.add_scalar(f"charts/episodic_return_{name}", r, global_step)
+
+
+def format_time(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{seconds:02d}s"
+
+
+def progress_line(global_step: int, total_steps: int, sps: int, train_return: float, eval_return: float, losses: dict):
+    eta = (total_steps - global_step) / max(sps, 1)
+    return (
+        f"step {global_step:>9,}/{total_steps:,} | SPS {sps:>5} | episodic_return {train_return:7.2f} | "
+        f"eval {eval_return:7.2f} | value_loss {losses['value_loss']:.4f} | entropy {losses['entropy']:.3f} | "
+        f"ETA {format_time(eta)}"
+    )
+
+
+def run_evaluation_only(args: Args, device: torch.device):
+    """Test mode: evaluate a saved checkpoint with the environment and model settings it was trained with."""
+    checkpoint = load_checkpoint(args.eval_checkpoint, device)
+    saved = {k: v for k, v in checkpoint["args"].items() if k in {f.name for f in dataclasses.fields(Args)}}
+    keep = ("eval_checkpoint", "n_eval_episodes", "capture_video", "seed", "cuda", "n_workers")
+    args = dataclasses.replace(Args(**saved), **{k: getattr(args, k) for k in keep})
+    with VecEnv(args.env_id, scenario_kwargs(args), args.n_eval_episodes, args.n_workers, args.seed + 100_000) as envs:
+        agent, value_norm, optimizer = build_agent(envs.spec, args, device)
+        restore(checkpoint, agent, value_norm, optimizer, args.eval_checkpoint)
+        returns = evaluate(agent, envs, device)
+    per_agent = ", ".join(f"{a} {r:.3f}" for a, r in zip(envs.spec.agents, returns.mean(axis=0)))
+    print(
+        f"{args.eval_checkpoint} (trained {checkpoint['global_step']} steps on {args.env_id}): eval episodic_return "
+        f"{returns.mean():.3f} +- {returns.mean(axis=1).std():.3f} over {len(returns)} episodes; {per_agent}"
+    )
+    if args.capture_video:
+        from torch.utils.tensorboard import SummaryWriter
+
+        run_dir = os.path.dirname(os.path.abspath(args.eval_checkpoint))
+        writer = SummaryWriter(run_dir)
+        path = os.path.join("videos", os.path.basename(run_dir), f"test_{checkpoint['global_step']}.mp4")
+        log_video(record_episode(agent, args, device, args.seed), path, writer, checkpoint["global_step"])
+        writer.close()
+        print(f"video written to {path}")
+    return returns
+
+
+def main(args: Args) -> dict:
+    check_args(args)
+    device = select_device(args.cuda)
+    seed_everything(args.seed, args.torch_deterministic)
+    if args.eval_checkpoint is not None:
+        run_evaluation_only(args, device)
+        return {}
+
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    T, n_envs = args.episode_length, args.n_rollout_threads
+    num_iterations = args.total_timesteps // (T * n_envs)
+    scenario = scenario_kwargs(args)
+    # Acting runs while the env workers take every core, so it gets one torch thread (more would spin-wait
+    # against the workers); the update runs while they idle, so it gets torch's default, one per core.
+    update_threads = torch.get_num_threads()
+    with (
+        VecEnv(args.env_id, scenario, n_envs, args.n_workers, args.seed) as envs,
+        VecEnv(args.env_id, scenario, args.n_eval_episodes, args.n_workers, args.seed + 100_000) as eval_envs,
+        start_logging(run_name, args) as writer,
+        torch_threads(1),
+    ):
+        agent, value_norm, optimizer = build_agent(envs.spec, args, device)
+        buffer = RolloutBuffer(T, n_envs, envs.spec, device)
+        obs, state = envs.reset()
+        buffer.obs[0], buffer.state[0] = torch.from_numpy(obs), torch.from_numpy(state)
+        episode_returns = EpisodeReturns(n_envs, len(envs.spec.agents))
+        best_eval, eval_return = -np.inf, float("nan")
+        global_step, start_time, next_log, next_eval = 0, time.time(), args.log_interval, 0
+
+        for iteration in range(1, num_iterations + 1):
+            if args.linear_lr_decay:
+                optimizer.param_groups[0]["lr"] = args.lr * (1.0 - (iteration - 1.0) / num_iterations)
+
+            # 1. Collect a rollout: T steps of every env with the current policy
+            with torch.no_grad():
+                for t in range(T):
+                    actions, logprobs = agent.act(buffer.obs[t])
+                    step = envs.step(actions.cpu().numpy())
+                    global_step += n_envs
+                    rewards = torch.from_numpy(step.rewards).to(device)
+                    if args.team_reward:  # every agent learns from the team's mean reward
+                        rewards = rewards.mean(dim=1, keepdim=True).expand_as(rewards)
+                    buffer.insert(t, actions, logprobs, rewards, step)
+                    episode_returns.add(step.rewards, step.ended)
+
+                # 2. Values and advantages
+                buffer.compute_values(agent, value_norm)
+                advantages, returns = compute_gae(
+                    buffer.rewards,
+                    buffer.values,
+                    buffer.final_values,
+                    buffer.terminated,
+                    buffer.truncated,
+                    args.gamma,
+                    args.gae_lambda,
+                )
+
+            # 3. PPO update, on every core
+            with torch_threads(update_threads):
+                losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
+            losses["explained_variance"] = explained_variance(buffer.values[:-1], returns)
+            buffer.start_next_rollout()
+
+            # 4. Log the iteration
+            sps = int(global_step / (time.time() - start_time))
+            ended_returns = episode_returns.pop()  # (n_episodes, n_agents) of the episodes this rollout ended
+            lr = optimizer.param_groups[0]["lr"]
+            log_iteration(writer, global_step, sps, lr, losses, ended_returns, envs.spec.agents)
+
+            # 5. Evaluate the greedy policy, keeping the best model
+            last = iteration == num_iterations
+            if global_step >= next_eval or last:
+                next_eval += args.eval_interval
+                eval_return = evaluate(agent, eval_envs, device).mean()
+                writer.add_scalar("eval/episodic_return", eval_return, global_step)
+                if eval_return > best_eval:
+                    best_eval = eval_return
+                    if args.save_model:
+                        path = f"runs/{run_name}/best_model.pt"
+                        save_checkpoint(path, agent, value_norm, optimizer, args, global_step)
+                if args.capture_video:
+                    frames = record_episode(agent, args, device, args.seed + 100_000)
+                    log_video(frames, f"videos/{run_name}/eval_{global_step}.mp4", writer, global_step)
+
+            if global_step >= next_log or last:
+                next_log += args.log_interval
+                train_return = ended_returns.mean() if len(ended_returns) else float("nan")
+                print(progress_line(global_step, num_iterations * T * n_envs, sps, train_return, eval_return, losses))
+
+        if args.save_model:
+            path = f"runs/{run_name}/model.pt"
+            save_checkpoint(path, agent, value_norm, optimizer, args, global_step)
+            print(f"model saved to {path} (best eval {best_eval:.3f} in best_model.pt)")
+    return {"run_name": run_name, "losses": losses, "best_eval": best_eval, "global_step": global_step}
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

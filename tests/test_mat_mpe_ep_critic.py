@@ -1,0 +1,210 @@
+"""Tests for mat_mpe_ep_critic.py: the critic on the env's state, run once per env, then the transformer it keeps
+from mat_mpe.py, then whole runs on a tiny budget. Code shared with the other scripts is kept equal by
+test_shared_code.py."""
+
+import os
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+SCRIPT = "mat_mpe_ep_critic.py"  # run end to end by the run_script fixture (conftest.py)
+
+from conftest import TINY, assert_one_line_error, save_then_test_mode  # noqa: E402
+
+import mat_mpe_ep_critic as m  # noqa: E402
+
+SCENARIOS = {
+    # env_id: (n_agents, padded obs dim, action dim, state dim)
+    "simple_spread_v3": (3, 18, 5, 54),
+    "simple_reference_v3": (2, 21, 50, 42),
+    "simple_speaker_listener_v4": (2, 11, 5, 14),
+}
+CPU = torch.device("cpu")
+
+
+def env_spec(env_id: str = "simple_spread_v3", **args) -> m.EnvSpec:
+    return m.get_env_spec(env_id, m.scenario_kwargs(m.Args(env_id=env_id, **args)))
+
+
+def random_model(env_id="simple_spread_v3", n_agents=3, seed=0, **args) -> tuple[m.MultiAgentTransformer, m.EnvSpec]:
+    """A model with large random weights, so that logits and values differ clearly between agents."""
+    spec = env_spec(env_id, n_agents=n_agents)
+    torch.manual_seed(seed)
+    model = m.MultiAgentTransformer(spec, m.Args(env_id=env_id, n_agents=n_agents, **args))
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.reset_parameters()
+            elif isinstance(module, torch.nn.LayerNorm):
+                module.weight.normal_(1.0, 0.3)
+                module.bias.normal_(0.0, 0.3)
+    return model, spec
+
+
+# ----------------------------------------------------------------------------------------------------
+# The critic: once per env
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_agents", [3, 12])
+def test_once_per_env_equals_per_agent_on_replicated_states(n_agents):
+    """The official buffer replicates the env's state for every agent and runs the critic per agent; here the
+    critic runs once per env with one head per agent. Agent i's value is head i either way, and so are the
+    gradients of any loss on the values. In float64, so that summing the gradient over n_agents times as many
+    rows in another order does not show at 1e-6."""
+    model, spec = random_model(n_agents=n_agents)
+    model.double()
+    obs, state = torch.randn(64, n_agents, spec.obs_dim).double(), torch.randn(64, spec.state_dim).double()
+    weights = torch.randn(64, n_agents).double()
+    values = model.get_value(obs, state)
+    replicated = state.unsqueeze(1).expand(-1, n_agents, -1)  # (B, n_agents, state_dim), as the official accessor
+    per_agent = model.critic(replicated).diagonal(dim1=1, dim2=2)  # agent i reads head i of its own row
+    torch.testing.assert_close(values, per_agent, atol=1e-6, rtol=0)
+    assert values.shape == (64, n_agents) and values.std() > 0.01
+
+    grads = []
+    for v in (values, per_agent):
+        model.zero_grad()
+        (v * weights).sum().backward(retain_graph=True)
+        grads.append([p.grad.clone() for p in model.critic.parameters()])
+    for once, replicated_grad in zip(*grads):
+        torch.testing.assert_close(once, replicated_grad, atol=1e-6, rtol=1e-6)
+
+
+def test_the_critic_sees_one_row_per_env_step(monkeypatch):
+    """compute_values runs the critic on (T + 1) * n_envs rows, and on T * n_envs final states; the update on one
+    row per sample; acting never calls it."""
+    torch.manual_seed(0)
+    T, n_envs, num_mini_batch = 5, 4, 2
+    spec = env_spec()
+    args = m.Args(ppo_epoch=2, num_mini_batch=num_mini_batch)
+    agent, value_norm, optimizer = m.build_agent(spec, args, CPU)
+    rows = []
+    agent.critic.register_forward_hook(lambda module, inputs, output: rows.append(tuple(inputs[0].shape)))
+    buffer = m.RolloutBuffer(T, n_envs, spec, CPU)
+    buffer.obs.normal_()
+    buffer.state.normal_()
+    with torch.no_grad():
+        for t in range(T):
+            buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t])
+    assert rows == []
+    buffer.compute_values(agent, value_norm)
+    assert rows == [((T + 1) * n_envs, 54), (T * n_envs, 54)]
+    rows.clear()
+    m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(T, n_envs, 3), torch.randn(T, n_envs, 3), args)
+    assert rows == [(T * n_envs // num_mini_batch, 54)] * (2 * num_mini_batch)
+
+
+def test_critic_and_transformer_are_clipped_separately_and_share_no_parameters():
+    torch.manual_seed(0)
+    spec = env_spec()
+    args = m.Args(ppo_epoch=1, max_grad_norm=1e-3)
+    agent, value_norm, optimizer = m.build_agent(spec, args, CPU)
+    critic = {id(p) for p in agent.critic.parameters()}
+    assert critic and all(id(p) in critic for name, p in agent.named_parameters() if name.startswith("critic."))
+    assert not hasattr(agent, "value_head")
+    buffer = m.RolloutBuffer(4, 2, spec, CPU)
+    buffer.obs.normal_()
+    buffer.state.normal_()
+    with torch.no_grad():
+        for t in range(4):
+            buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t])
+    stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(4, 2, 3), 10 * torch.randn(4, 2, 3), args)
+    assert {"actor_grad_norm", "critic_grad_norm"} <= set(stats) and "grad_norm" not in stats
+    assert stats["critic_grad_norm"] > 1e-3 and stats["actor_grad_norm"] > 1e-3  # both were clipped, each alone
+
+
+# ----------------------------------------------------------------------------------------------------
+# The transformer (mat_mpe.py's, without the value head)
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_block,n_head", [(1, 1), (2, 2)])
+def test_autoregressive_logprobs_equal_teacher_forced_ones(n_block, n_head):
+    model, _ = random_model(n_block=n_block, n_head=n_head)
+    obs = torch.randn(256, 3, 18)
+    with torch.no_grad():
+        x, avail = model.agent_inputs(obs, None)
+        actions, logprobs, logits = model.decode_autoregressive(model.encode(x), avail, deterministic=False)
+        tf_logprobs, tf_entropy = model.evaluate_actions(obs, actions)
+    torch.testing.assert_close(tf_logprobs, logprobs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(tf_entropy, torch.distributions.Categorical(logits=logits).entropy(), atol=1e-5, rtol=0)
+    assert tf_entropy.std() > 0.01
+
+
+@pytest.mark.parametrize("n_agents", [3, 8])
+def test_cached_decoding_equals_full_re_decode(n_agents):
+    model, spec = random_model(n_agents=n_agents, n_block=2, n_head=2)
+    obs = torch.randn(128, n_agents, spec.obs_dim)
+    with torch.no_grad():
+        x, avail = model.agent_inputs(obs, None)
+        obs_rep = model.encode(x)
+        results = []
+        for use_kv_cache in (True, False):
+            torch.manual_seed(7)  # the same random draws, so both paths see the same earlier actions
+            results.append(model.decode_autoregressive(obs_rep, avail, False, use_kv_cache=use_kv_cache))
+    (cached_actions, cached_logprobs, cached_logits), (full_actions, full_logprobs, full_logits) = results
+    torch.testing.assert_close(cached_logits, full_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cached_actions, full_actions, atol=0, rtol=0)
+    torch.testing.assert_close(cached_logprobs, full_logprobs, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("env_id", SCENARIOS)
+def test_model_shapes(env_id):
+    n_agents, obs_dim, action_dim, state_dim = SCENARIOS[env_id]
+    model, spec = random_model(env_id, n_agents)
+    assert (spec.obs_dim, spec.action_dim, spec.state_dim) == (obs_dim, action_dim, state_dim)
+    obs, state = torch.randn(7, n_agents, obs_dim), torch.randn(7, state_dim)
+    actions, logprobs = model.act(obs)
+    assert actions.shape == logprobs.shape == (7, n_agents) and actions.dtype == torch.long
+    logprob, entropy = model.evaluate_actions(obs, actions)
+    assert logprob.shape == entropy.shape == model.get_value(obs, state).shape == (7, n_agents)
+
+
+def test_first_ppo_epoch_starts_on_policy():
+    torch.manual_seed(0)
+    spec = env_spec()
+    args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0)
+    agent, value_norm, optimizer = m.build_agent(spec, args, CPU)
+    buffer = m.RolloutBuffer(5, 2, spec, CPU)
+    buffer.obs.normal_()
+    buffer.state.normal_()
+    with torch.no_grad():
+        for t in range(5):
+            buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t])
+    stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(5, 2, 3), torch.randn(5, 2, 3), args)
+    assert stats["ratio"] == pytest.approx(1.0, abs=1e-6)
+    assert stats["clipfrac"] == 0.0 and stats["approx_kl"] == pytest.approx(0.0, abs=1e-7)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The script end to end
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_id", SCENARIOS)
+def test_script_end_to_end(tmp_path, run_script, env_id):
+    flags = ["--env-id", env_id, *TINY]
+    if env_id == "simple_speaker_listener_v4":
+        flags += ["--shuffle-agents", "--no-team-reward"]
+    result = run_script(tmp_path, *flags)
+    assert "step       200/200" in result.stdout
+    runs = os.listdir(tmp_path / "runs")
+    assert len(runs) == 1 and runs[0].startswith(f"{env_id}__mat_mpe_ep_critic__1__")
+
+
+def test_save_model_then_test_mode_with_video(tmp_path, run_script):
+    _, result = save_then_test_mode(run_script, tmp_path, "--n-agents", "4")
+    assert result.stdout.count("agent_") == 4
+
+
+def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
+    (tmp_path / "bad.pt").write_bytes(b"garbage")
+    for flags, message in [
+        (["--n-head", "5", *TINY], "does not divide --n-embd"),
+        (["--eval-checkpoint", str(tmp_path / "bad.pt")], "cannot read checkpoint"),
+    ]:
+        assert_one_line_error(run_script(tmp_path, *flags, check=False), message)
