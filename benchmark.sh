@@ -2,6 +2,7 @@
 # Learning curves and speed of the scripts, as reported in the README. Slow: run it by hand, not in CI.
 #   bash benchmark.sh ALGO speed      # SPS with 32 rollout threads next to the raw env step rate (~3 min)
 #   bash benchmark.sh ALGO spread     # simple_spread_v3 to 2M env steps with the defaults
+#   bash benchmark.sh ALGO partial    # the same, each agent observing only its nearest agent and landmark
 #   bash benchmark.sh ALGO listener   # simple_speaker_listener_v4, 2M steps, 15 epochs (MAPPO: separate actors)
 #   bash benchmark.sh ALGO reference  # simple_reference_v3, 3M steps, 15 epochs
 #   bash benchmark.sh mat acting      # MAT acting time per step, KV cache vs full re-decode, N = 3, 6, 12
@@ -21,7 +22,7 @@ case "$algo" in
   mappo|mat) script="../${algo}_mpe.py" ;;
   rnn) script="../mappo_mpe_rnn.py" ;;
   mat_ep) script="../mat_mpe_ep_critic.py" ;;
-  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|listener|reference|official-task|env-rate, bash benchmark.sh mat acting|critic"; exit 2 ;;
+  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|official-task|env-rate, bash benchmark.sh mat acting|critic"; exit 2 ;;
 esac
 
 raw_env_rate() {  # single-process random-action env steps per second of scenario $1, stepped as $2: "mpe2",
@@ -222,6 +223,7 @@ case "${2:-}" in
     done | tee env_rate.log
     ;;
   spread) train spread ;;
+  partial) train partial --num-agent-neighbors 1 --num-landmark-neighbors 1 ;;
   listener) train listener "${listener_flags[@]}" ;;
   reference) train reference "${reference_flags[@]}" ;;
   official-task)
@@ -230,5 +232,5 @@ case "${2:-}" in
     ;;
   acting) [ "$algo" = mat ] && acting_time | tee mat_acting.log ;;
   critic) [ "$algo" = mat ] && critic_time | tee mat_critic.log ;;
-  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|listener|reference|official-task|env-rate, bash benchmark.sh mat acting|critic"; exit 2 ;;
+  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|official-task|env-rate, bash benchmark.sh mat acting|critic"; exit 2 ;;
 esac

@@ -2,9 +2,12 @@
 
 `mat_mpe.py` with one change: the values come from `mappo_mpe.py`'s EP critic, an MLP on `env.state()` run
 once per environment with one value head per agent, instead of the encoder's per-agent value head on the
-observations. The encoder-decoder still acts, and is trained by the policy loss alone. The official MAT builds
-a state input but overwrites it with zeros (its maintainers call the state code a leftover, MAT issues #8 and
-#30); this script gives it a real centralized critic.
+observations. The encoder-decoder still acts, and is trained by the policy loss and the entropy bonus. The
+official MAT builds a state input but overwrites it with zeros (its maintainers call the state code a leftover,
+MAT issues #8 and #30); this script gives it a real centralized critic.
+
+Read top to bottom: arguments, vectorized environments, networks, value normalization, rollout buffer
+and GAE, the PPO update, evaluation and checkpoints, then the training loop in `main()`.
 
     python mat_mpe_ep_critic.py                           # simple_spread_v3, 3 agents
     python mat_mpe_ep_critic.py --env-id simple_speaker_listener_v4 --ppo-epoch 15
@@ -693,12 +696,8 @@ def ppo_update(
     """`ppo_epoch` passes of minibatches over the rollout; each sample keeps its whole agent sequence and its
     env's state, from which the critic gives all of its agents' values in one row."""
     flat = lambda x: x.flatten(0, 1)  # (T, n_envs, ...) -> (T * n_envs, ...)  # noqa: E731
-    obs, state, actions, old_logprobs = (
-        flat(buffer.obs[:-1]),
-        flat(buffer.state[:-1]),
-        flat(buffer.actions),
-        flat(buffer.logprobs),
-    )
+    obs, state = flat(buffer.obs[:-1]), flat(buffer.state[:-1])
+    actions, old_logprobs = flat(buffer.actions), flat(buffer.logprobs)
     value_norm.update(returns)
     norm_returns, old_values = flat(value_norm.normalize(returns)), flat(value_norm.normalize(buffer.values[:-1]))
     advantages = flat((advantages - advantages.mean()) / (advantages.std() + 1e-5))

@@ -44,6 +44,17 @@ def random_model(env_id="simple_spread_v3", n_agents=3, seed=0, **args) -> tuple
     return model, spec
 
 
+@torch.no_grad()
+def random_rollout(agent, spec, T: int, n_envs: int) -> m.RolloutBuffer:
+    """A buffer of random observations and states, with the actions the agent takes on them."""
+    buffer = m.RolloutBuffer(T, n_envs, spec, CPU)
+    buffer.obs.normal_()
+    buffer.state.normal_()
+    for t in range(T):
+        buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t])
+    return buffer
+
+
 # ----------------------------------------------------------------------------------------------------
 # The critic: once per env
 # ----------------------------------------------------------------------------------------------------
@@ -84,12 +95,7 @@ def test_the_critic_sees_one_row_per_env_step(monkeypatch):
     agent, value_norm, optimizer = m.build_agent(spec, args, CPU)
     rows = []
     agent.critic.register_forward_hook(lambda module, inputs, output: rows.append(tuple(inputs[0].shape)))
-    buffer = m.RolloutBuffer(T, n_envs, spec, CPU)
-    buffer.obs.normal_()
-    buffer.state.normal_()
-    with torch.no_grad():
-        for t in range(T):
-            buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t])
+    buffer = random_rollout(agent, spec, T, n_envs)
     assert rows == []
     buffer.compute_values(agent, value_norm)
     assert rows == [((T + 1) * n_envs, 54), (T * n_envs, 54)]
@@ -106,12 +112,7 @@ def test_critic_and_transformer_are_clipped_separately_and_share_no_parameters()
     critic = {id(p) for p in agent.critic.parameters()}
     assert critic and all(id(p) in critic for name, p in agent.named_parameters() if name.startswith("critic."))
     assert not hasattr(agent, "value_head")
-    buffer = m.RolloutBuffer(4, 2, spec, CPU)
-    buffer.obs.normal_()
-    buffer.state.normal_()
-    with torch.no_grad():
-        for t in range(4):
-            buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t])
+    buffer = random_rollout(agent, spec, 4, 2)
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(4, 2, 3), 10 * torch.randn(4, 2, 3), args)
     assert {"actor_grad_norm", "critic_grad_norm"} <= set(stats) and "grad_norm" not in stats
     assert stats["critic_grad_norm"] > 1e-3 and stats["actor_grad_norm"] > 1e-3  # both were clipped, each alone
@@ -169,12 +170,7 @@ def test_first_ppo_epoch_starts_on_policy():
     spec = env_spec()
     args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0)
     agent, value_norm, optimizer = m.build_agent(spec, args, CPU)
-    buffer = m.RolloutBuffer(5, 2, spec, CPU)
-    buffer.obs.normal_()
-    buffer.state.normal_()
-    with torch.no_grad():
-        for t in range(5):
-            buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t])
+    buffer = random_rollout(agent, spec, 5, 2)
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(5, 2, 3), torch.randn(5, 2, 3), args)
     assert stats["ratio"] == pytest.approx(1.0, abs=1e-6)
     assert stats["clipfrac"] == 0.0 and stats["approx_kl"] == pytest.approx(0.0, abs=1e-7)
