@@ -26,7 +26,7 @@ case "$algo" in
 esac
 
 raw_env_rate() {  # single-process random-action env steps per second of scenario $1, stepped as $2: "mpe2",
-  # mpe2's parallel_env as REFERENCE.md measures it (actions from action_space.sample()); "mpe2+state", the
+  # mpe2's parallel_env with actions from action_space.sample(); "mpe2+state", the
   # same with state() after every step, what a MAPPO worker needs; "step_env", the scripts' own stepping of the
   # raw env (state included). The last two draw their actions alike, so their rates compare the stepping alone.
   python - "$1" "$2" <<'PY'
