@@ -5,6 +5,8 @@
 #   bash benchmark.sh ALGO partial    # the same, each agent observing only its nearest agent and landmark
 #   bash benchmark.sh ALGO listener   # simple_speaker_listener_v4, 2M steps, 15 epochs (MAPPO: separate actors)
 #   bash benchmark.sh ALGO reference  # simple_reference_v3, 3M steps, 15 epochs
+#   bash benchmark.sh ALGO spread-continuous    # spread as above with --continuous-actions
+#   bash benchmark.sh ALGO listener-continuous  # speaker-listener as above with --continuous-actions
 #   bash benchmark.sh mat acting      # MAT acting time per step, KV cache vs full re-decode, N = 3, 6, 12
 #   bash benchmark.sh mat critic      # mat_mpe_ep_critic.py's critic per update: once per env vs per agent, N = 3, 12
 #   bash benchmark.sh ALGO env-rate   # single-process env steps/s: mpe2's parallel_env (+ state()) vs step_env (~2 min)
@@ -22,7 +24,7 @@ case "$algo" in
   mappo|mat) script="../${algo}_mpe.py" ;;
   rnn) script="../mappo_mpe_rnn.py" ;;
   mat_ep) script="../mat_mpe_ep_critic.py" ;;
-  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|official-task|env-rate, bash benchmark.sh mat acting|critic"; exit 2 ;;
+  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate, bash benchmark.sh mat acting|critic"; exit 2 ;;
 esac
 
 raw_env_rate() {  # single-process random-action env steps per second of scenario $1, stepped as $2: "mpe2",
@@ -225,6 +227,8 @@ case "${2:-}" in
   spread) train spread ;;
   partial) train partial --num-agent-neighbors 1 --num-landmark-neighbors 1 ;;
   listener) train listener "${listener_flags[@]}" ;;
+  spread-continuous) train spread_continuous --continuous-actions ;;
+  listener-continuous) train listener_continuous "${listener_flags[@]}" --continuous-actions ;;
   reference) train reference "${reference_flags[@]}" ;;
   official-task)
     official_task 2>&1 | tee "${algo}_official_task.log"
@@ -232,5 +236,5 @@ case "${2:-}" in
     ;;
   acting) [ "$algo" = mat ] && acting_time | tee mat_acting.log ;;
   critic) [ "$algo" = mat ] && critic_time | tee mat_critic.log ;;
-  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|official-task|env-rate, bash benchmark.sh mat acting|critic"; exit 2 ;;
+  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate, bash benchmark.sh mat acting|critic"; exit 2 ;;
 esac

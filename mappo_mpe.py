@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
-from torch.distributions import Categorical
+from torch.distributions import Categorical, Normal
 
 
 @dataclass
@@ -61,6 +61,8 @@ class Args:
     """simple_spread_v3 only: each agent observes only its nearest K landmarks (default: all)"""
     max_cycles: int = 25
     """steps before an episode is truncated"""
+    continuous_actions: bool = False
+    """if toggled, agents take Box(0, 1) action vectors (a Gaussian policy) instead of discrete actions"""
     n_rollout_threads: int = 32
     """number of parallel environments"""
     n_workers: int = 0
@@ -129,15 +131,16 @@ class Args:
 class EnvSpec(NamedTuple):
     agents: list[str]
     obs_dim: int  # largest agent observation; smaller ones are zero-padded
-    action_dim: int  # largest agent action space; the extra actions are masked out
+    action_dim: int  # largest agent action space (discrete) or action vector (continuous)
     state_dim: int
-    avail_actions: np.ndarray  # (n_agents, action_dim) bool, fixed per agent in MPE
+    avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's actions or action dimensions
+    continuous: bool  # Box(0, 1) action vectors, zero-padded to action_dim, instead of discrete actions
 
 
 def scenario_kwargs(args: Args) -> dict:
-    """Keyword arguments of the mpe2 scenario: the episode length, and on simple_spread_v3 the team size and
-    how many agents and landmarks each agent observes."""
-    kwargs = dict(max_cycles=args.max_cycles)
+    """Keyword arguments of the mpe2 scenario: the episode length, the action type, and on simple_spread_v3 the
+    team size and how many agents and landmarks each agent observes."""
+    kwargs = dict(max_cycles=args.max_cycles, continuous_actions=args.continuous_actions)
     if args.env_id == "simple_spread_v3":
         kwargs.update(
             N=args.n_agents,
@@ -152,19 +155,25 @@ def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
     wrapper: the same dynamics, without wrappers that check every call (the env workers check all actions of a
     step at once) and without observing each agent several times per step (see `step_env`)."""
     module = importlib.import_module(f"mpe2.{env_id}")
-    return module.raw_env(**scenario, continuous_actions=False, render_mode=render_mode)
+    return module.raw_env(**scenario, render_mode=render_mode)
+
+
+def action_size(env, agent: str) -> int:
+    """Number of discrete actions, or length of the action vector, of one agent."""
+    space = env.action_space(agent)
+    return space.shape[0] if env.continuous_actions else int(space.n)
 
 
 def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
     env = make_env(env_id, scenario)
     agents = list(env.possible_agents)
     obs_dims = [env.observation_space(a).shape[0] for a in agents]
-    action_dims = [int(env.action_space(a).n) for a in agents]
+    action_dims = [action_size(env, a) for a in agents]
     avail = np.zeros((len(agents), max(action_dims)), dtype=bool)
     for i, n in enumerate(action_dims):
         avail[i, :n] = True
     env.reset(seed=0)
-    spec = EnvSpec(agents, max(obs_dims), max(action_dims), env.state().shape[0], avail)
+    spec = EnvSpec(agents, max(obs_dims), max(action_dims), env.state().shape[0], avail, env.continuous_actions)
     env.close()
     return spec
 
@@ -189,9 +198,16 @@ def step_env(env, actions: np.ndarray, obs_dim: int) -> tuple[np.ndarray, ...]:
     """One simultaneous step of all agents: in the AEC env each agent acts in turn and the world moves after the
     last one. Returns obs, state, rewards, terminated, truncated, as a step of mpe2's `parallel_env` followed by
     `state()` would, but reads each observation once (the wrapper observes each agent before its action, and
-    `state()` observes all of them again)."""
-    for action in actions:
-        env.step(int(action))
+    `state()` observes all of them again).
+
+    Continuous actions come as zero-padded vectors (n_agents, action_dim): each agent gets its own dimensions,
+    clipped into its box [0, 1] here, because the raw env has no clipping wrapper (the rollout buffer keeps the
+    unclipped sample, whose log-probability the PPO ratio needs)."""
+    for agent, action in zip(env.possible_agents, actions):
+        if env.continuous_actions:
+            env.step(np.clip(action[: action_size(env, agent)], 0.0, 1.0))
+        else:
+            env.step(int(action))
     agents = env.possible_agents
     obs, state = observe_env(env, obs_dim)
     rewards = np.array([env.rewards[a] for a in agents], dtype=np.float32)
@@ -215,35 +231,43 @@ class StepResult(NamedTuple):
         return (self.terminated | self.truncated).all(axis=1)
 
 
-def env_worker(conn, parent_conn, env_id: str, scenario: dict, seeds: list[int], obs_dim: int):
+def check_actions(actions: np.ndarray, spec: EnvSpec):
+    """Raises ValueError for the first action an agent cannot take: a discrete action outside its range, or a
+    continuous action vector holding NaN or infinity (finite values are clipped into the box by `step_env`)."""
+    if spec.continuous:
+        invalid = ~np.isfinite(actions).all(axis=-1)  # (n_envs, n_agents)
+    else:
+        invalid = (actions < 0) | (actions >= spec.avail_actions.sum(axis=1))
+    if invalid.any():
+        k, i = np.argwhere(invalid)[0]
+        what = "is not finite" if spec.continuous else f"is not one of the {spec.avail_actions[i].sum()} actions"
+        raise ValueError(f"action {actions[k, i]} of {spec.agents[i]} {what}")
+
+
+def env_worker(conn, parent_conn, env_id: str, scenario: dict, seeds: list[int], spec: EnvSpec):
     """Steps a slice of the environments and answers the main process with stacked arrays."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is handled by the main process alone
     parent_conn.close()
     parent_pid = os.getppid()
     try:
         envs = [make_env(env_id, scenario) for _ in seeds]
-        agents = envs[0].possible_agents
-        n_actions = np.array([envs[0].action_space(a).n for a in agents])
         while True:
             while not conn.poll(5.0):
                 if os.getppid() != parent_pid:  # the main process is gone: do not linger as an orphan
                     return
             cmd, data = conn.recv()
             if cmd == "reset":
-                first = [reset_env(env, obs_dim, seed) for env, seed in zip(envs, seeds)]
+                first = [reset_env(env, spec.obs_dim, seed) for env, seed in zip(envs, seeds)]
                 conn.send(("ok", tuple(np.stack(field) for field in zip(*first))))
             elif cmd == "step":
-                invalid = (data < 0) | (data >= n_actions)
-                if invalid.any():
-                    k, i = np.argwhere(invalid)[0]
-                    raise ValueError(f"action {data[k, i]} is not one of the {n_actions[i]} actions of {agents[i]}")
+                check_actions(data, spec)
                 results = []
                 for env, env_actions in zip(envs, data):
-                    obs, state, rewards, terminated, truncated = step_env(env, env_actions, obs_dim)
+                    obs, state, rewards, terminated, truncated = step_env(env, env_actions, spec.obs_dim)
                     final_obs, final_state = np.zeros_like(obs), np.zeros_like(state)
                     if (terminated | truncated).all():
                         final_obs, final_state = obs, state
-                        obs, state = reset_env(env, obs_dim)
+                        obs, state = reset_env(env, spec.obs_dim)
                     results.append((obs, state, rewards, terminated, truncated, final_obs, final_state))
                 conn.send(("ok", StepResult(*(np.stack(field) for field in zip(*results)))))
             elif cmd == "close":
@@ -268,7 +292,7 @@ class VecEnv:
         for idx in self.slices:
             parent_conn, child_conn = ctx.Pipe()
             seeds = [seed + int(k) for k in idx]
-            worker_args = (child_conn, parent_conn, env_id, scenario, seeds, self.spec.obs_dim)
+            worker_args = (child_conn, parent_conn, env_id, scenario, seeds, self.spec)
             p = ctx.Process(target=env_worker, args=worker_args, daemon=True)
             p.start()
             child_conn.close()
@@ -361,6 +385,38 @@ def mlp_net(in_dim: int, out_dim: int, out_gain: float, args: Args) -> nn.Sequen
     return nn.Sequential(mlp(in_dim, args), layer_init(nn.Linear(args.hidden_size, out_dim), out_gain))
 
 
+class Gaussian(Normal):
+    """Diagonal Gaussian over zero-padded action vectors (..., action_dim): the dimensions an agent does not have
+    (`dims` False) are zero in its samples and add nothing to its log-probabilities and entropies, which are
+    summed over the action dimensions (one PPO ratio per agent, as for discrete actions)."""
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor, dims: torch.Tensor):
+        super().__init__(mean, log_std.exp().expand_as(mean), validate_args=False)
+        self.dims = dims
+
+    def sample(self) -> torch.Tensor:
+        return super().sample() * self.dims
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.mean * self.dims
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        return (super().log_prob(actions) * self.dims).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return (super().entropy() * self.dims).sum(-1)
+
+
+def action_distribution(out: torch.Tensor, avail_actions: torch.Tensor, log_std: torch.Tensor | None):
+    """The one place that tells discrete from continuous actions. Discrete (`log_std` None): a categorical on
+    the logits `out` with unavailable actions at zero probability. Continuous: a Gaussian with mean `out`.
+    Either way `sample()`, `mode`, `log_prob(actions)` and `entropy()` give one value per agent."""
+    if log_std is None:
+        return Categorical(logits=out.masked_fill(~avail_actions, -1e10), validate_args=False)
+    return Gaussian(out, log_std, avail_actions)
+
+
 class Agent(nn.Module):
     """Decentralized actor(s) on each agent's observation and a centralized critic."""
 
@@ -373,6 +429,11 @@ class Agent(nn.Module):
         actor_in = spec.obs_dim + (n_agents if args.use_agent_id else 0)
         n_actors = n_agents if args.separate_actors else 1
         self.actors = nn.ModuleList(mlp_net(actor_in, spec.action_dim, 0.01, args) for _ in range(n_actors))
+        self.register_parameter("actor_logstd", None)  # discrete actions have none
+        if spec.continuous:  # the mean starts at the centre of the box [0, 1], the std at 0.5, half its width
+            for actor in self.actors:
+                nn.init.constant_(actor[-1].bias, 0.5)
+            self.actor_logstd = nn.Parameter(torch.full((n_actors, spec.action_dim), float(np.log(0.5))))
         # EP: one critic pass per env on the shared state, with one value head per agent (agents' returns
         # differ without --team-reward). FP/AS: one pass per agent on an agent-specific state.
         critic_in = {
@@ -403,19 +464,19 @@ class Agent(nn.Module):
         """(B, n_agents) values, normalized when ValueNorm is on."""
         return self.critic(self.critic_input(obs, state)).flatten(1)
 
-    def get_dist(self, obs: torch.Tensor) -> Categorical:
-        """Action distribution (B, n_agents) with unavailable actions given zero probability."""
+    def get_dist(self, obs: torch.Tensor):
+        """Action distribution of every agent (batch shape (B, n_agents)), see `action_distribution`."""
         x = self.actor_input(obs)
         if len(self.actors) == 1:
-            logits = self.actors[0](x)
+            out = self.actors[0](x)
         else:
-            logits = torch.stack([actor(x[:, i]) for i, actor in enumerate(self.actors)], dim=1)
-        return Categorical(logits=logits.masked_fill(~self.avail_actions, -1e10), validate_args=False)
+            out = torch.stack([actor(x[:, i]) for i, actor in enumerate(self.actors)], dim=1)
+        return action_distribution(out, self.avail_actions, self.actor_logstd)
 
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """Actions and their log-probabilities, both (B, n_agents)."""
+        """Actions (B, n_agents), or (B, n_agents, action_dim) if continuous, and their log-probs (B, n_agents)."""
         dist = self.get_dist(obs)
-        action = dist.probs.argmax(-1) if deterministic else dist.sample()
+        action = dist.mode if deterministic else dist.sample()
         return action, dist.log_prob(action)
 
 
@@ -482,7 +543,10 @@ class RolloutBuffer:
         self.obs = zeros(T + 1, n_envs, n_agents, spec.obs_dim)
         self.state = zeros(T + 1, n_envs, spec.state_dim)
         self.values = zeros(T + 1, n_envs, n_agents)  # denormalized: on the scale of the returns
-        self.actions = zeros(T, n_envs, n_agents, dtype=torch.long)
+        if spec.continuous:  # the unclipped samples, zero-padded
+            self.actions = zeros(T, n_envs, n_agents, spec.action_dim)
+        else:
+            self.actions = zeros(T, n_envs, n_agents, dtype=torch.long)
         self.logprobs = zeros(T, n_envs, n_agents)
         self.rewards = zeros(T, n_envs, n_agents)
         self.terminated = zeros(T, n_envs, n_agents, dtype=torch.bool)
@@ -579,7 +643,7 @@ def ppo_update(agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advan
     advantages = flat((advantages - advantages.mean()) / (advantages.std() + 1e-5))
 
     batch_size = obs.shape[0]
-    actor_params = list(agent.actors.parameters())
+    actor_params = [p for name, p in agent.named_parameters() if not name.startswith("critic.")]
     stats = []
     for _ in range(args.ppo_epoch):
         for mb in minibatch_indices(batch_size, args.num_mini_batch, obs.device):

@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
-from torch.distributions import Categorical
+from torch.distributions import Categorical, Normal
 
 
 @dataclass
@@ -66,6 +66,8 @@ class Args:
     """simple_spread_v3 only: each agent observes only its nearest K landmarks (default: all)"""
     max_cycles: int = 25
     """steps before an episode is truncated"""
+    continuous_actions: bool = False
+    """if toggled, agents take Box(0, 1) action vectors (a Gaussian policy) instead of discrete actions"""
     n_rollout_threads: int = 32
     """number of parallel environments"""
     n_workers: int = 0
@@ -131,15 +133,16 @@ class Args:
 class EnvSpec(NamedTuple):
     agents: list[str]
     obs_dim: int  # largest agent observation; smaller ones are zero-padded
-    action_dim: int  # largest agent action space; the extra actions are masked out
+    action_dim: int  # largest agent action space (discrete) or action vector (continuous)
     state_dim: int
-    avail_actions: np.ndarray  # (n_agents, action_dim) bool, fixed per agent in MPE
+    avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's actions or action dimensions
+    continuous: bool  # Box(0, 1) action vectors, zero-padded to action_dim, instead of discrete actions
 
 
 def scenario_kwargs(args: Args) -> dict:
-    """Keyword arguments of the mpe2 scenario: the episode length, and on simple_spread_v3 the team size and
-    how many agents and landmarks each agent observes."""
-    kwargs = dict(max_cycles=args.max_cycles)
+    """Keyword arguments of the mpe2 scenario: the episode length, the action type, and on simple_spread_v3 the
+    team size and how many agents and landmarks each agent observes."""
+    kwargs = dict(max_cycles=args.max_cycles, continuous_actions=args.continuous_actions)
     if args.env_id == "simple_spread_v3":
         kwargs.update(
             N=args.n_agents,
@@ -154,19 +157,25 @@ def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
     wrapper: the same dynamics, without wrappers that check every call (the env workers check all actions of a
     step at once) and without observing each agent several times per step (see `step_env`)."""
     module = importlib.import_module(f"mpe2.{env_id}")
-    return module.raw_env(**scenario, continuous_actions=False, render_mode=render_mode)
+    return module.raw_env(**scenario, render_mode=render_mode)
+
+
+def action_size(env, agent: str) -> int:
+    """Number of discrete actions, or length of the action vector, of one agent."""
+    space = env.action_space(agent)
+    return space.shape[0] if env.continuous_actions else int(space.n)
 
 
 def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
     env = make_env(env_id, scenario)
     agents = list(env.possible_agents)
     obs_dims = [env.observation_space(a).shape[0] for a in agents]
-    action_dims = [int(env.action_space(a).n) for a in agents]
+    action_dims = [action_size(env, a) for a in agents]
     avail = np.zeros((len(agents), max(action_dims)), dtype=bool)
     for i, n in enumerate(action_dims):
         avail[i, :n] = True
     env.reset(seed=0)
-    spec = EnvSpec(agents, max(obs_dims), max(action_dims), env.state().shape[0], avail)
+    spec = EnvSpec(agents, max(obs_dims), max(action_dims), env.state().shape[0], avail, env.continuous_actions)
     env.close()
     return spec
 
@@ -191,9 +200,16 @@ def step_env(env, actions: np.ndarray, obs_dim: int) -> tuple[np.ndarray, ...]:
     """One simultaneous step of all agents: in the AEC env each agent acts in turn and the world moves after the
     last one. Returns obs, state, rewards, terminated, truncated, as a step of mpe2's `parallel_env` followed by
     `state()` would, but reads each observation once (the wrapper observes each agent before its action, and
-    `state()` observes all of them again)."""
-    for action in actions:
-        env.step(int(action))
+    `state()` observes all of them again).
+
+    Continuous actions come as zero-padded vectors (n_agents, action_dim): each agent gets its own dimensions,
+    clipped into its box [0, 1] here, because the raw env has no clipping wrapper (the rollout buffer keeps the
+    unclipped sample, whose log-probability the PPO ratio needs)."""
+    for agent, action in zip(env.possible_agents, actions):
+        if env.continuous_actions:
+            env.step(np.clip(action[: action_size(env, agent)], 0.0, 1.0))
+        else:
+            env.step(int(action))
     agents = env.possible_agents
     obs, state = observe_env(env, obs_dim)
     rewards = np.array([env.rewards[a] for a in agents], dtype=np.float32)
@@ -217,35 +233,43 @@ class StepResult(NamedTuple):
         return (self.terminated | self.truncated).all(axis=1)
 
 
-def env_worker(conn, parent_conn, env_id: str, scenario: dict, seeds: list[int], obs_dim: int):
+def check_actions(actions: np.ndarray, spec: EnvSpec):
+    """Raises ValueError for the first action an agent cannot take: a discrete action outside its range, or a
+    continuous action vector holding NaN or infinity (finite values are clipped into the box by `step_env`)."""
+    if spec.continuous:
+        invalid = ~np.isfinite(actions).all(axis=-1)  # (n_envs, n_agents)
+    else:
+        invalid = (actions < 0) | (actions >= spec.avail_actions.sum(axis=1))
+    if invalid.any():
+        k, i = np.argwhere(invalid)[0]
+        what = "is not finite" if spec.continuous else f"is not one of the {spec.avail_actions[i].sum()} actions"
+        raise ValueError(f"action {actions[k, i]} of {spec.agents[i]} {what}")
+
+
+def env_worker(conn, parent_conn, env_id: str, scenario: dict, seeds: list[int], spec: EnvSpec):
     """Steps a slice of the environments and answers the main process with stacked arrays."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is handled by the main process alone
     parent_conn.close()
     parent_pid = os.getppid()
     try:
         envs = [make_env(env_id, scenario) for _ in seeds]
-        agents = envs[0].possible_agents
-        n_actions = np.array([envs[0].action_space(a).n for a in agents])
         while True:
             while not conn.poll(5.0):
                 if os.getppid() != parent_pid:  # the main process is gone: do not linger as an orphan
                     return
             cmd, data = conn.recv()
             if cmd == "reset":
-                first = [reset_env(env, obs_dim, seed) for env, seed in zip(envs, seeds)]
+                first = [reset_env(env, spec.obs_dim, seed) for env, seed in zip(envs, seeds)]
                 conn.send(("ok", tuple(np.stack(field) for field in zip(*first))))
             elif cmd == "step":
-                invalid = (data < 0) | (data >= n_actions)
-                if invalid.any():
-                    k, i = np.argwhere(invalid)[0]
-                    raise ValueError(f"action {data[k, i]} is not one of the {n_actions[i]} actions of {agents[i]}")
+                check_actions(data, spec)
                 results = []
                 for env, env_actions in zip(envs, data):
-                    obs, state, rewards, terminated, truncated = step_env(env, env_actions, obs_dim)
+                    obs, state, rewards, terminated, truncated = step_env(env, env_actions, spec.obs_dim)
                     final_obs, final_state = np.zeros_like(obs), np.zeros_like(state)
                     if (terminated | truncated).all():
                         final_obs, final_state = obs, state
-                        obs, state = reset_env(env, obs_dim)
+                        obs, state = reset_env(env, spec.obs_dim)
                     results.append((obs, state, rewards, terminated, truncated, final_obs, final_state))
                 conn.send(("ok", StepResult(*(np.stack(field) for field in zip(*results)))))
             elif cmd == "close":
@@ -270,7 +294,7 @@ class VecEnv:
         for idx in self.slices:
             parent_conn, child_conn = ctx.Pipe()
             seeds = [seed + int(k) for k in idx]
-            worker_args = (child_conn, parent_conn, env_id, scenario, seeds, self.spec.obs_dim)
+            worker_args = (child_conn, parent_conn, env_id, scenario, seeds, self.spec)
             p = ctx.Process(target=env_worker, args=worker_args, daemon=True)
             p.start()
             child_conn.close()
@@ -419,11 +443,36 @@ class DecodeBlock(nn.Module):
         return self.ln3(x + self.mlp(x))
 
 
-def shift_actions(actions: torch.Tensor, action_dim: int) -> torch.Tensor:
-    """Decoder inputs (B, n_agents, action_dim + 1) for actions (B, n_agents): agent 0 gets the start token
-    (slot 0), agent i the one-hot of agent i-1's action (slots 1..action_dim)."""
-    start = torch.zeros_like(actions[:, :1])
-    return F.one_hot(torch.cat([start, actions[:, :-1] + 1], dim=1), action_dim + 1).float()
+class Gaussian(Normal):
+    """Diagonal Gaussian over zero-padded action vectors (..., action_dim): the dimensions an agent does not have
+    (`dims` False) are zero in its samples and add nothing to its log-probabilities and entropies, which are
+    summed over the action dimensions (one PPO ratio per agent, as for discrete actions)."""
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor, dims: torch.Tensor):
+        super().__init__(mean, log_std.exp().expand_as(mean), validate_args=False)
+        self.dims = dims
+
+    def sample(self) -> torch.Tensor:
+        return super().sample() * self.dims
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.mean * self.dims
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        return (super().log_prob(actions) * self.dims).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return (super().entropy() * self.dims).sum(-1)
+
+
+def action_distribution(out: torch.Tensor, avail_actions: torch.Tensor, log_std: torch.Tensor | None):
+    """The one place that tells discrete from continuous actions. Discrete (`log_std` None): a categorical on
+    the logits `out` with unavailable actions at zero probability. Continuous: a Gaussian with mean `out`.
+    Either way `sample()`, `mode`, `log_prob(actions)` and `entropy()` give one value per agent."""
+    if log_std is None:
+        return Categorical(logits=out.masked_fill(~avail_actions, -1e10), validate_args=False)
+    return Gaussian(out, log_std, avail_actions)
 
 
 class MultiAgentTransformer(nn.Module):
@@ -433,7 +482,7 @@ class MultiAgentTransformer(nn.Module):
     def __init__(self, spec: EnvSpec, args: Args):
         super().__init__()
         n_agents, n_embd = len(spec.agents), args.n_embd
-        self.obs_dim, self.action_dim = spec.obs_dim, spec.action_dim
+        self.obs_dim, self.action_dim, self.continuous = spec.obs_dim, spec.action_dim, spec.continuous
         self.register_buffer("agent_ids", torch.eye(n_agents))
         self.register_buffer("avail_actions", torch.as_tensor(spec.avail_actions))
         in_dim = spec.obs_dim + n_agents
@@ -442,11 +491,20 @@ class MultiAgentTransformer(nn.Module):
         )
         self.encoder_blocks = nn.Sequential(*(EncodeBlock(n_embd, args.n_head) for _ in range(args.n_block)))
         self.value_head = head(n_embd, 1)
+        # The decoder's input for agent i is a token of agent i-1's action; agent 0 gets a start token. Discrete: a
+        # one-hot over action_dim + 1 slots, slot 0 for the start. Continuous: the action vector, zeros for the start.
+        start_token = torch.zeros(spec.action_dim + (0 if spec.continuous else 1))
+        start_token[0] = 0.0 if spec.continuous else 1.0
+        self.register_buffer("start_token", start_token)
         self.action_encoder = nn.Sequential(
-            layer_init(nn.Linear(spec.action_dim + 1, n_embd, bias=False)), nn.GELU(), nn.LayerNorm(n_embd)
+            layer_init(nn.Linear(len(start_token), n_embd, bias=False)), nn.GELU(), nn.LayerNorm(n_embd)
         )
         self.decoder_blocks = nn.ModuleList(DecodeBlock(n_embd, args.n_head) for _ in range(args.n_block))
         self.action_head = head(n_embd, spec.action_dim)
+        self.register_parameter("log_std", None)  # discrete actions have none
+        if spec.continuous:  # the mean starts at the centre of the box [0, 1], the std at 0.5, half its width
+            nn.init.constant_(self.action_head[-1].bias, 0.5)
+            self.log_std = nn.Parameter(torch.full((spec.action_dim,), float(np.log(0.5))))
 
     def agent_inputs(self, obs: torch.Tensor, agent_order: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Observations with each agent's one-hot id appended, and the available actions, both in sequence
@@ -465,8 +523,20 @@ class MultiAgentTransformer(nn.Module):
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.encode(self.agent_inputs(obs, None)[0])[1]
 
+    def action_tokens(self, actions: torch.Tensor) -> torch.Tensor:
+        """Decoder input tokens (..., token_dim) of actions: a discrete action's one-hot in slots 1..action_dim, a
+        continuous action vector (the sample, unclipped) as it is."""
+        return actions if self.continuous else F.one_hot(actions + 1, self.action_dim + 1).float()
+
+    def shift_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """Decoder inputs (B, n_agents, token_dim) of joint actions, for teacher forcing: the start token for agent 0,
+        the token of agent i-1's action for agent i."""
+        start = self.start_token.expand(actions.shape[0], 1, -1)
+        return torch.cat([start, self.action_tokens(actions[:, :-1])], dim=1)
+
     def decode(self, shifted_actions: torch.Tensor, obs_rep: torch.Tensor, cache: list | None = None) -> torch.Tensor:
-        """Unmasked logits (B, L, action_dim) for L positions; with a cache, the L positions follow the cached ones."""
+        """Head outputs (B, L, action_dim), unmasked logits or Gaussian means, for L positions; with a cache, the L
+        positions follow the cached ones."""
         x = self.action_encoder(shifted_actions)
         for i, block in enumerate(self.decoder_blocks):
             x = block(x, obs_rep, None if cache is None else cache[i])
@@ -475,30 +545,29 @@ class MultiAgentTransformer(nn.Module):
     def decode_autoregressive(
         self, obs_rep: torch.Tensor, avail: torch.Tensor, deterministic: bool, use_kv_cache: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Actions and log-probs (B, n_agents) and masked logits (B, n_agents, action_dim), agent by agent.
+        """Agent by agent: actions (B, n_agents), or (B, n_agents, action_dim) if continuous, their log-probs
+        (B, n_agents), and the head outputs (B, n_agents, action_dim) they were drawn from.
 
         With the cache each step feeds only agent i's position through the decoder. Without it, each step
-        re-decodes the whole sequence (as the official code does): the same logits at quadratic cost.
+        re-decodes the whole sequence (as the official code does): the same outputs at quadratic cost.
         """
         B, n_agents, _ = obs_rep.shape
-        shifted = torch.zeros(B, n_agents, self.action_dim + 1, device=obs_rep.device)  # filled in as agents act
-        shifted[:, 0, 0] = 1.0
-        actions = torch.zeros(B, n_agents, dtype=torch.long, device=obs_rep.device)
-        logprobs = torch.zeros(B, n_agents, device=obs_rep.device)
-        logits = torch.zeros(B, n_agents, self.action_dim, device=obs_rep.device)
+        shifted = self.start_token.repeat(B, n_agents, 1)  # (B, n_agents, token_dim), filled in as agents act
+        actions, logprobs, outs = [], [], []
         cache = [[{}, {}] for _ in self.decoder_blocks] if use_kv_cache else None
         for i in range(n_agents):
             if use_kv_cache:
-                step_logits = self.decode(shifted[:, i : i + 1], obs_rep[:, i : i + 1], cache)[:, 0]
+                out = self.decode(shifted[:, i : i + 1], obs_rep[:, i : i + 1], cache)[:, 0]
             else:
-                step_logits = self.decode(shifted, obs_rep)[:, i]
-            logits[:, i] = step_logits.masked_fill(~avail[..., i, :], -1e10)
-            dist = Categorical(logits=logits[:, i], validate_args=False)
-            actions[:, i] = dist.probs.argmax(-1) if deterministic else dist.sample()
-            logprobs[:, i] = dist.log_prob(actions[:, i])
+                out = self.decode(shifted, obs_rep)[:, i]
+            dist = action_distribution(out, avail[..., i, :], self.log_std)
+            action = dist.mode if deterministic else dist.sample()
+            actions.append(action)
+            logprobs.append(dist.log_prob(action))
+            outs.append(out)
             if i + 1 < n_agents:
-                shifted[:, i + 1, 1:] = F.one_hot(actions[:, i], self.action_dim).float()
-        return actions, logprobs, logits
+                shifted[:, i + 1] = self.action_tokens(action)
+        return torch.stack(actions, dim=1), torch.stack(logprobs, dim=1), torch.stack(outs, dim=1)
 
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Actions and their log-probabilities, both (B, n_agents)."""
@@ -510,8 +579,7 @@ class MultiAgentTransformer(nn.Module):
         """Log-probs, entropies and values, each (B, n_agents), of given joint actions in one teacher-forced pass."""
         x, avail = self.agent_inputs(obs, agent_order)
         obs_rep, values = self.encode(x)
-        logits = self.decode(shift_actions(actions, self.action_dim), obs_rep).masked_fill(~avail, -1e10)
-        dist = Categorical(logits=logits, validate_args=False)
+        dist = action_distribution(self.decode(self.shift_actions(actions), obs_rep), avail, self.log_std)
         return dist.log_prob(actions), dist.entropy(), values
 
 
@@ -577,7 +645,10 @@ class RolloutBuffer:
         zeros = lambda *shape, dtype=torch.float32: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
         self.obs = zeros(T + 1, n_envs, n_agents, spec.obs_dim)
         self.values = zeros(T + 1, n_envs, n_agents)  # denormalized: on the scale of the returns
-        self.actions = zeros(T, n_envs, n_agents, dtype=torch.long)
+        if spec.continuous:  # the unclipped samples, zero-padded
+            self.actions = zeros(T, n_envs, n_agents, spec.action_dim)
+        else:
+            self.actions = zeros(T, n_envs, n_agents, dtype=torch.long)
         self.logprobs = zeros(T, n_envs, n_agents)
         self.rewards = zeros(T, n_envs, n_agents)
         self.terminated = zeros(T, n_envs, n_agents, dtype=torch.bool)

@@ -24,6 +24,11 @@ SCENARIOS = {
     "simple_reference_v3": (["agent_0", "agent_1"], [21, 21], [50, 50], 42),
     "simple_speaker_listener_v4": (["speaker_0", "listener_0"], [3, 11], [3, 5], 14),
 }
+CONTINUOUS_ACTION_DIMS = {  # Box(0, 1) sizes: 5 for moving (no-op, -x, +x, -y, +y), plus one per message slot
+    "simple_spread_v3": [5, 5, 5],
+    "simple_reference_v3": [15, 15],
+    "simple_speaker_listener_v4": [3, 5],
+}
 
 
 def scenario(env_id: str = "simple_spread_v3", **args) -> dict:
@@ -53,11 +58,14 @@ def tiny_args(**overrides) -> m.Args:
 # ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("continuous", [False, True])
 @pytest.mark.parametrize("env_id", SCENARIOS)
-def test_env_spec(env_id):
+def test_env_spec(env_id, continuous):
     agents, obs_dims, action_dims, state_dim = SCENARIOS[env_id]
-    spec = env_spec(env_id)
-    assert spec.agents == agents
+    if continuous:
+        action_dims = CONTINUOUS_ACTION_DIMS[env_id]
+    spec = env_spec(env_id, continuous_actions=continuous)
+    assert spec.agents == agents and spec.continuous == continuous
     assert spec.obs_dim == max(obs_dims) and spec.action_dim == max(action_dims) and spec.state_dim == state_dim
     expected_mask = np.array([[a < n for a in range(max(action_dims))] for n in action_dims])
     np.testing.assert_array_equal(spec.avail_actions, expected_mask)
@@ -90,14 +98,29 @@ def test_partial_observability_flags_are_checked(overrides, message):
         m.check_args(tiny_args(**overrides))
 
 
+def random_actions(rng, action_dims: list[int], continuous: bool) -> tuple[np.ndarray, dict]:
+    """What the scripts send to step_env, and the same actions as mpe2's parallel env takes them. Continuous:
+    zero-padded vectors with values outside [0, 1], which step_env must clip as PettingZoo's wrapper would."""
+    if not continuous:
+        actions = np.array([rng.integers(n) for n in action_dims])
+        return actions, [int(a) for a in actions]
+    actions = rng.normal(0.5, 0.8, (len(action_dims), max(action_dims))).astype(np.float32)
+    for i, d in enumerate(action_dims):
+        actions[i, d:] = 0.0
+    return actions, [np.clip(a[:d], 0.0, 1.0) for a, d in zip(actions, action_dims)]
+
+
+@pytest.mark.parametrize("continuous", [False, True])
 @pytest.mark.parametrize("env_id", SCENARIOS)
-def test_step_env_steps_exactly_like_mpe2_parallel_env(env_id):
+def test_step_env_steps_exactly_like_mpe2_parallel_env(env_id, continuous):
     """step_env drives the raw AEC env without PettingZoo's wrappers and joins the state from the observations;
     observations, state, rewards and episode ends must stay those of mpe2's own parallel env and its state()."""
     agents, obs_dims, action_dims, _ = SCENARIOS[env_id]
+    if continuous:
+        action_dims = CONTINUOUS_ACTION_DIMS[env_id]
     obs_dim = max(obs_dims)
-    ours = m.make_env(env_id, scenario(env_id))
-    theirs = importlib.import_module(f"mpe2.{env_id}").parallel_env(max_cycles=25)
+    ours = m.make_env(env_id, scenario(env_id, continuous_actions=continuous))
+    theirs = importlib.import_module(f"mpe2.{env_id}").parallel_env(max_cycles=25, continuous_actions=continuous)
     obs, state = m.reset_env(ours, obs_dim, seed=4)
     expected_obs, _ = theirs.reset(seed=4)
     rng = np.random.default_rng(0)
@@ -109,14 +132,27 @@ def test_step_env_steps_exactly_like_mpe2_parallel_env(env_id):
             np.testing.assert_array_equal(obs[i, :d], expected_obs[a])
             assert np.all(obs[i, d:] == 0)
         np.testing.assert_array_equal(state, theirs.state())
-        actions = np.array([rng.integers(n) for n in action_dims])
+        actions, their_actions = random_actions(rng, action_dims, continuous)
         obs, state, rewards, terminated, truncated = m.step_env(ours, actions, obs_dim)
         expected_obs, expected_rewards, expected_terminated, expected_truncated, _ = theirs.step(
-            {a: int(action) for a, action in zip(agents, actions)}
+            dict(zip(agents, their_actions))
         )
         np.testing.assert_array_equal(rewards, np.array([expected_rewards[a] for a in agents], dtype=np.float32))
         assert terminated.tolist() == [expected_terminated[a] for a in agents]
         assert truncated.tolist() == [expected_truncated[a] for a in agents]
+
+
+def test_step_env_sends_each_agent_its_own_dimensions_inside_the_box():
+    env = m.make_env("simple_speaker_listener_v4", scenario("simple_speaker_listener_v4", continuous_actions=True))
+    m.reset_env(env, 11, seed=0)
+    sent = []
+    step = env.step
+    env.step = lambda action: (sent.append(action), step(action))
+    actions = np.array([[-0.5, 0.3, 1.7, 9.0, 9.0], [2.0, -1.0, 0.25, 1.0, 0.0]], dtype=np.float32)
+    m.step_env(env, actions, 11)
+    assert len(sent) == 2  # the speaker's 3 dimensions, then the listener's 5: padding is never sent
+    np.testing.assert_array_equal(sent[0], np.float32([0.0, 0.3, 1.0]))
+    np.testing.assert_array_equal(sent[1], np.float32([1.0, 0.0, 0.25, 1.0, 0.0]))
 
 
 @pytest.mark.parametrize("env_id", SCENARIOS)
@@ -181,10 +217,19 @@ def test_dead_worker_raises_quickly():
 def test_worker_error_is_reported():
     envs = m.VecEnv("simple_spread_v3", scenario(), 2, n_workers=1, seed=0)
     envs.reset()
-    message = "env worker 0 failed: ValueError: action 99 is not one of the 5 actions of agent_0"
+    message = "env worker 0 failed: ValueError: action 99 of agent_0 is not one of the 5 actions"
     with pytest.raises(RuntimeError, match=message):
         envs.step(np.full((2, 3), 99, dtype=np.int64))  # not an action of Discrete(5)
     assert not any(p.is_alive() for p in envs.processes)
+
+
+def test_non_finite_continuous_action_is_reported():
+    spec = env_spec("simple_speaker_listener_v4", continuous_actions=True)
+    actions = np.zeros((2, 2, 5), dtype=np.float32)
+    m.check_actions(actions + 7.0, spec)  # finite values outside the box are clipped, not refused
+    actions[1, 1, 2] = np.nan
+    with pytest.raises(ValueError, match=r"action \[ 0.  0. nan  0.  0.\] of listener_0 is not finite"):
+        m.check_actions(actions, spec)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -258,6 +303,52 @@ def test_masked_actions_are_never_sampled():
     assert torch.isfinite(logprobs).all() and torch.isfinite(dist.entropy()).all()
     assert torch.all(dist.probs[:, 0, 3:] == 0)
     torch.testing.assert_close(greedy, dist.probs.argmax(-1))
+
+
+def test_discrete_actions_keep_the_masked_categorical():
+    """The distribution helper's discrete path is the categorical the scripts used before continuous actions."""
+    avail = torch.tensor([[True, True, True, False, False], [True] * 5])
+    logits = torch.randn(64, 2, 5)
+    dist = m.action_distribution(logits, avail, None)
+    reference = torch.distributions.Categorical(logits=logits.masked_fill(~avail, -1e10))
+    actions = reference.sample()
+    torch.testing.assert_close(dist.log_prob(actions), reference.log_prob(actions), atol=0, rtol=0)
+    torch.testing.assert_close(dist.entropy(), reference.entropy(), atol=0, rtol=0)
+    torch.testing.assert_close(dist.mode, reference.probs.argmax(-1), atol=0, rtol=0)
+
+
+def test_gaussian_padded_dimensions_change_nothing():
+    """Speaker (3 dims) and listener (5): the speaker's 2 padded dims are zero in samples and in the mode, and add
+    nothing to log-probabilities or entropies, which equal per-agent Gaussians over the real dims alone."""
+    spec = env_spec("simple_speaker_listener_v4", continuous_actions=True)
+    torch.manual_seed(0)
+    agent = m.Agent(spec, m.Args(separate_actors=True))
+    with torch.no_grad():
+        agent.actor_logstd.copy_(torch.randn(2, 5) * 0.3)
+        obs = torch.randn(512, 2, 11)
+        dist = agent.get_dist(obs)
+        actions, logprobs = agent.act(obs)
+        greedy, _ = agent.act(obs, deterministic=True)
+        padded = actions.clone()
+        padded[:, 0, 3:] = torch.randn(512, 2) * 5
+        entropy = dist.entropy()
+    assert actions.shape == (512, 2, 5) and torch.all(actions[:, 0, 3:] == 0) and torch.all(greedy[:, 0, 3:] == 0)
+    torch.testing.assert_close(dist.log_prob(padded), logprobs, atol=0, rtol=0)
+    torch.testing.assert_close(greedy[:, 1], dist.mean[:, 1], atol=0, rtol=0)
+    std = agent.actor_logstd.exp()
+    for i, d in enumerate([3, 5]):
+        own = torch.distributions.Normal(dist.mean[:, i, :d], std[i, :d])
+        torch.testing.assert_close(logprobs[:, i], own.log_prob(actions[:, i, :d]).sum(-1), atol=1e-5, rtol=0)
+        torch.testing.assert_close(entropy[:, i], own.entropy().sum(-1), atol=1e-5, rtol=0)
+
+
+def test_continuous_policy_starts_in_the_middle_of_the_box():
+    spec = env_spec(continuous_actions=True)
+    agent = m.Agent(spec, m.Args())
+    with torch.no_grad():
+        dist = agent.get_dist(torch.randn(256, 3, 18))
+    assert (dist.mean - 0.5).abs().max() < 0.1 and torch.all(dist.stddev == 0.5)
+    assert agent.actor_logstd.shape == (1, 5)  # shared actor: one log-std per action dimension
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -345,11 +436,13 @@ def test_value_loss_huber_and_clipping():
     torch.testing.assert_close(clipped, torch.tensor(expected_clipped).mean())
 
 
-def test_first_ppo_epoch_starts_on_policy():
-    """Before any update the new policy is the old one: ratio 1, clipfrac 0 in the first minibatch."""
+@pytest.mark.parametrize("continuous", [False, True])
+def test_first_ppo_epoch_starts_on_policy(continuous):
+    """Before any update the new policy is the old one: ratio 1, clipfrac 0 in the first minibatch (for continuous
+    actions: the log-probability of the stored, unclipped sample is recomputed exactly)."""
     torch.manual_seed(0)
-    spec = env_spec()
-    args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0)
+    spec = env_spec(continuous_actions=continuous)
+    args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0, continuous_actions=continuous)
     agent, value_norm, optimizer = m.build_agent(spec, args, torch.device("cpu"))
     buffer = m.RolloutBuffer(5, 2, spec, torch.device("cpu"))
     buffer.obs.normal_()
@@ -360,6 +453,25 @@ def test_first_ppo_epoch_starts_on_policy():
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(5, 2, 3), torch.randn(5, 2, 3), args)
     assert stats["ratio"] == pytest.approx(1.0, abs=1e-6)
     assert stats["clipfrac"] == 0.0 and stats["approx_kl"] == pytest.approx(0.0, abs=1e-7)
+
+
+def test_log_std_is_trained_as_part_of_the_actor():
+    torch.manual_seed(0)
+    spec = env_spec(continuous_actions=True)
+    args = m.Args(ppo_epoch=1, lr=1e-2, continuous_actions=True, max_grad_norm=1e-6)
+    agent, value_norm, optimizer = m.build_agent(spec, args, torch.device("cpu"))
+    buffer = m.RolloutBuffer(5, 2, spec, torch.device("cpu"))
+    buffer.obs.normal_()
+    with torch.no_grad():
+        for t in range(5):
+            buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t])
+    before = agent.actor_logstd.detach().clone()
+    stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(5, 2, 3), torch.randn(5, 2, 3), args)
+    assert not torch.equal(agent.actor_logstd, before)
+    # the log-std's gradient is clipped with the actor's: together they have the clipped norm
+    grads = [p.grad for name, p in agent.named_parameters() if not name.startswith("critic.")]
+    assert stats["actor_grad_norm"] > 1.0 and agent.actor_logstd.grad.abs().sum() > 0
+    assert torch.cat([g.flatten() for g in grads]).norm().item() == pytest.approx(1e-6, rel=1e-3)
 
 
 @pytest.mark.parametrize("num_mini_batch", [1, 4])
@@ -382,9 +494,10 @@ def test_minibatch_indices_partition_the_batch(num_mini_batch):
 # ----------------------------------------------------------------------------------------------------
 
 
-def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
-    spec = env_spec("simple_speaker_listener_v4")
-    args = m.Args(env_id="simple_speaker_listener_v4", separate_actors=True)
+@pytest.mark.parametrize("continuous", [False, True])
+def test_checkpoint_round_trip_gives_identical_actions(tmp_path, continuous):
+    spec = env_spec("simple_speaker_listener_v4", continuous_actions=continuous)
+    args = m.Args(env_id="simple_speaker_listener_v4", separate_actors=True, continuous_actions=continuous)
     torch.manual_seed(1)
     agent, value_norm, optimizer = m.build_agent(spec, args, torch.device("cpu"))
     value_norm.update(torch.tensor([-3.0, -5.0]))
@@ -396,10 +509,12 @@ def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
     restored, restored_norm, restored_opt = m.build_agent(spec, m.Args(**checkpoint["args"]), torch.device("cpu"))
     m.restore(checkpoint, restored, restored_norm, restored_opt, path)
     obs = torch.randn(64, 2, 11)
+    actions = agent.act(obs)[0]
     torch.testing.assert_close(restored.act(obs, deterministic=True)[0], agent.act(obs, deterministic=True)[0])
-    torch.testing.assert_close(restored.get_dist(obs).logits, agent.get_dist(obs).logits)
+    torch.testing.assert_close(restored.get_dist(obs).log_prob(actions), agent.get_dist(obs).log_prob(actions))
     torch.testing.assert_close(restored_norm.mean_var()[0], value_norm.mean_var()[0])
     assert checkpoint["global_step"] == 123 and checkpoint["args"]["separate_actors"] is True
+    assert checkpoint["args"]["continuous_actions"] is continuous
 
 
 def test_corrupt_or_foreign_checkpoint_is_a_one_line_error(tmp_path):
@@ -466,9 +581,11 @@ def test_same_seed_gives_identical_first_update(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("env_id", SCENARIOS)
-def test_script_end_to_end(tmp_path, run_script, env_id):
-    flags = ["--env-id", env_id, *TINY]
+@pytest.mark.parametrize(
+    "env_id,continuous", [(env_id, False) for env_id in SCENARIOS] + [("simple_speaker_listener_v4", True)]
+)
+def test_script_end_to_end(tmp_path, run_script, env_id, continuous):
+    flags = ["--env-id", env_id, *TINY] + (["--continuous-actions"] if continuous else [])
     if env_id == "simple_speaker_listener_v4":
         flags += ["--separate-actors", "--state-type", "AS"]
     result = run_script(tmp_path, *flags)
@@ -480,6 +597,10 @@ def test_script_end_to_end(tmp_path, run_script, env_id):
 
 def test_save_model_then_test_mode_with_video(tmp_path, run_script):
     save_then_test_mode(run_script, tmp_path, "--state-type", "FP", "--no-team-reward")
+
+
+def test_continuous_actions_save_model_then_test_mode_with_video(tmp_path, run_script):
+    save_then_test_mode(run_script, tmp_path, "--continuous-actions")
 
 
 def test_script_reports_bad_input_in_one_line(tmp_path, run_script):

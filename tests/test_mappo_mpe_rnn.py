@@ -148,14 +148,23 @@ def collect(agent, envs, buffer, T: int, first_rollout: bool):
     return torch.stack(values), torch.stack(final_values), actor_hidden
 
 
-@pytest.mark.parametrize("state_type,separate_actors", [("EP", False), ("AS", True)])
-def test_replay_reproduces_acting_across_episode_starts(state_type, separate_actors):
+@pytest.mark.parametrize(
+    "state_type,separate_actors,continuous", [("EP", False, False), ("AS", True, False), ("EP", True, True)]
+)
+def test_replay_reproduces_acting_across_episode_starts(state_type, separate_actors, continuous):
     """Episodes of 7 steps in rollouts of 20: episode starts fall inside the sequences, and the second rollout
     starts mid-episode from the hidden states the first one left."""
     torch.manual_seed(0)
-    args = m.Args(max_cycles=7, state_type=state_type, separate_actors=separate_actors, use_valuenorm=False)
+    args = m.Args(
+        max_cycles=7,
+        state_type=state_type,
+        separate_actors=separate_actors,
+        continuous_actions=continuous,
+        use_valuenorm=False,
+    )
     T, n_envs = 20, 4
-    envs = m.VecEnv("simple_spread_v3", scenario(max_cycles=7), n_envs, n_workers=1, seed=0)
+    env_scenario = scenario(max_cycles=7, continuous_actions=continuous)
+    envs = m.VecEnv("simple_spread_v3", env_scenario, n_envs, n_workers=1, seed=0)
     agent, value_norm, _ = m.build_agent(envs.spec, args, CPU)
     randomize(agent)
     buffer = m.RolloutBuffer(T, n_envs, envs.spec, CPU, agent.initial_hidden(n_envs))
@@ -290,9 +299,11 @@ def test_partial_observability_gives_smaller_observations():
 # ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("env_id", SCENARIOS)
-def test_script_end_to_end(tmp_path, run_script, env_id):
-    flags = ["--env-id", env_id, *TINY]
+@pytest.mark.parametrize(
+    "env_id,continuous", [(env_id, False) for env_id in SCENARIOS] + [("simple_speaker_listener_v4", True)]
+)
+def test_script_end_to_end(tmp_path, run_script, env_id, continuous):
+    flags = ["--env-id", env_id, *TINY] + (["--continuous-actions"] if continuous else [])
     if env_id == "simple_speaker_listener_v4":
         flags += ["--separate-actors", "--state-type", "AS", "--num-mini-batch", "2", "--episode-length", "10"]
     result = run_script(tmp_path, *flags)
@@ -303,6 +314,10 @@ def test_script_end_to_end(tmp_path, run_script, env_id):
 
 def test_save_model_then_test_mode_with_video(tmp_path, run_script):
     save_then_test_mode(run_script, tmp_path, "--num-agent-neighbors", "1", "--num-landmark-neighbors", "2")
+
+
+def test_continuous_actions_save_model_then_test_mode_with_video(tmp_path, run_script):
+    save_then_test_mode(run_script, tmp_path, "--continuous-actions")
 
 
 def test_script_reports_bad_input_in_one_line(tmp_path, run_script):

@@ -6,7 +6,6 @@ import sys
 import numpy as np
 import pytest
 import torch
-from torch.distributions import Categorical
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -36,9 +35,10 @@ def env_spec(env_id: str = "simple_spread_v3", **args) -> m.EnvSpec:
 
 def random_model(env_id="simple_spread_v3", n_agents=3, seed=0, **args) -> tuple[m.MultiAgentTransformer, m.EnvSpec]:
     """A model with large random weights, so that logits differ clearly between agents and actions."""
-    spec = env_spec(env_id, n_agents=n_agents)
+    model_args = m.Args(env_id=env_id, n_agents=n_agents, **args)
+    spec = m.get_env_spec(env_id, m.scenario_kwargs(model_args))
     torch.manual_seed(seed)
-    model = m.MultiAgentTransformer(spec, m.Args(env_id=env_id, n_agents=n_agents, **args))
+    model = m.MultiAgentTransformer(spec, model_args)
     randomize(model)
     return model, spec
 
@@ -60,25 +60,32 @@ def randomize(model: torch.nn.Module):
 
 
 def test_shift_actions():
-    shifted = m.shift_actions(torch.tensor([[2, 0, 4]]), action_dim=5)
+    model, _ = random_model()
+    shifted = model.shift_actions(torch.tensor([[2, 0, 4]]))
     expected = torch.zeros(1, 3, 6)
     expected[0, 0, 0] = 1.0  # start token
     expected[0, 1, 3] = 1.0  # agent 0 took action 2
     expected[0, 2, 1] = 1.0  # agent 1 took action 0
-    torch.testing.assert_close(shifted, expected)
+    torch.testing.assert_close(shifted, expected, atol=0, rtol=0)
+    continuous, _ = random_model(continuous_actions=True)
+    actions = torch.rand(1, 3, 5)
+    expected = torch.cat([torch.zeros(1, 1, 5), actions[:, :2]], dim=1)  # no start slot: a zero vector first
+    torch.testing.assert_close(continuous.shift_actions(actions), expected, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("n_block,n_head", [(1, 1), (2, 4)])
-def test_sampled_logprobs_and_entropies_match_teacher_forcing(n_block, n_head):
-    model, _ = random_model(n_block=n_block, n_head=n_head)
+@pytest.mark.parametrize("n_block,n_head,continuous", [(1, 1, False), (2, 4, False), (2, 2, True)])
+def test_sampled_logprobs_and_entropies_match_teacher_forcing(n_block, n_head, continuous):
+    model, _ = random_model(n_block=n_block, n_head=n_head, continuous_actions=continuous)
     obs = torch.randn(256, 3, 18)
     with torch.no_grad():
         x, avail = model.agent_inputs(obs, None)
-        actions, logprobs, logits = model.decode_autoregressive(model.encode(x)[0], avail, deterministic=False)
+        actions, logprobs, outs = model.decode_autoregressive(model.encode(x)[0], avail, deterministic=False)
         tf_logprobs, tf_entropy, _ = model.evaluate_actions(obs, actions)
     torch.testing.assert_close(tf_logprobs, logprobs, atol=1e-5, rtol=0)
-    torch.testing.assert_close(tf_entropy, Categorical(logits=logits).entropy(), atol=1e-5, rtol=0)
-    assert tf_entropy.std() > 0.01  # the weights are random enough for the check to mean something
+    torch.testing.assert_close(
+        tf_entropy, m.action_distribution(outs, avail, model.log_std).entropy(), atol=1e-5, rtol=0
+    )
+    assert (tf_entropy if not continuous else tf_logprobs).std() > 0.01  # random enough for the check to mean something
 
 
 @pytest.mark.parametrize("j", [0, 1, 2, 3])
@@ -90,16 +97,16 @@ def test_changing_an_action_changes_no_logits_of_earlier_agents(j):
     changed[:, j] = (changed[:, j] + 1) % 5
     with torch.no_grad():
         obs_rep, _ = model.encode(model.agent_inputs(obs, None)[0])
-        before = model.decode(m.shift_actions(actions, 5), obs_rep)
-        after = model.decode(m.shift_actions(changed, 5), obs_rep)
+        before = model.decode(model.shift_actions(actions), obs_rep)
+        after = model.decode(model.shift_actions(changed), obs_rep)
     torch.testing.assert_close(after[:, : j + 1], before[:, : j + 1], atol=0, rtol=0)
     assert (after[:, j + 1] - before[:, j + 1]).abs().max() > 1e-3  # agent j+1 does see it
 
 
 @pytest.mark.parametrize("n_agents", [3, 8])
-@pytest.mark.parametrize("n_block,n_head", [(1, 1), (2, 2)])
-def test_cached_decoding_equals_full_re_decode(n_agents, n_block, n_head):
-    model, spec = random_model(n_agents=n_agents, n_block=n_block, n_head=n_head)
+@pytest.mark.parametrize("n_block,n_head,continuous", [(1, 1, False), (2, 2, False), (2, 2, True)])
+def test_cached_decoding_equals_full_re_decode(n_agents, n_block, n_head, continuous):
+    model, spec = random_model(n_agents=n_agents, n_block=n_block, n_head=n_head, continuous_actions=continuous)
     obs = torch.randn(128, n_agents, spec.obs_dim)
     with torch.no_grad():
         x, avail = model.agent_inputs(obs, None)
@@ -110,7 +117,7 @@ def test_cached_decoding_equals_full_re_decode(n_agents, n_block, n_head):
             results.append(model.decode_autoregressive(obs_rep, avail, False, use_kv_cache=use_kv_cache))
     (cached_actions, cached_logprobs, cached_logits), (full_actions, full_logprobs, full_logits) = results
     torch.testing.assert_close(cached_logits, full_logits, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(cached_actions, full_actions, atol=0, rtol=0)
+    torch.testing.assert_close(cached_actions, full_actions, atol=1e-5 if continuous else 0, rtol=0)
     torch.testing.assert_close(cached_logprobs, full_logprobs, atol=1e-5, rtol=1e-5)
     assert cached_logits.shape == (128, n_agents, 5)
 
@@ -128,8 +135,26 @@ def test_masked_actions_are_never_sampled_and_deterministic_is_argmax():
     assert set(actions[:, 0].tolist()) == {0, 1, 2}
     assert {3, 4} <= set(actions[:, 1].tolist())  # the listener does have actions 3 and 4
     assert torch.isfinite(logprobs).all() and torch.isfinite(entropy).all()
-    torch.testing.assert_close(greedy, logits.argmax(-1), atol=0, rtol=0)
+    torch.testing.assert_close(greedy, logits.masked_fill(~avail, -torch.inf).argmax(-1), atol=0, rtol=0)
     torch.testing.assert_close(model.act(obs, deterministic=True)[0], greedy, atol=0, rtol=0)
+
+
+def test_continuous_padded_dimensions_are_zero_and_change_no_log_probability():
+    """The speaker's 3 dims padded to the listener's 5: its padded dims are zero in samples and in the mode (so the
+    listener's decoder input never carries them) and do not enter the speaker's log-probability or entropy."""
+    model, _ = random_model("simple_speaker_listener_v4", 2, continuous_actions=True)
+    obs = torch.randn(512, 2, 11)
+    with torch.no_grad():
+        model.log_std.copy_(torch.randn(5) * 0.3)
+        actions, logprobs = model.act(obs)
+        greedy, _ = model.act(obs, deterministic=True)
+        padded = actions.clone()
+        padded[:, 0, 3:] = torch.randn(512, 2) * 5
+        padded_logprobs, entropy, _ = model.evaluate_actions(obs, padded)
+    assert actions.shape == (512, 2, 5) and torch.all(actions[:, 0, 3:] == 0) and torch.all(greedy[:, 0, 3:] == 0)
+    torch.testing.assert_close(padded_logprobs[:, 0], logprobs[:, 0], atol=1e-5, rtol=0)
+    own_entropy = torch.distributions.Normal(0.0, model.log_std[:3].exp()).entropy().sum()
+    torch.testing.assert_close(entropy[:, 0], own_entropy.expand(512), atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("env_id", SCENARIOS)
@@ -200,15 +225,15 @@ def test_gae_and_value_norm_are_those_of_mappo():
     torch.testing.assert_close(norm.denormalize(norm.normalize(x)), x)
 
 
-@pytest.mark.parametrize("shuffle_agents", [False, True])
-def test_first_ppo_epoch_starts_on_policy(shuffle_agents):
+@pytest.mark.parametrize("shuffle_agents,continuous", [(False, False), (True, False), (False, True)])
+def test_first_ppo_epoch_starts_on_policy(shuffle_agents, continuous):
     """Before any update the new policy is the old one: ratio 1, clipfrac 0 (without shuffling).
 
     With shuffled agent orders the teacher-forced pass conditions on other agents than the rollout did, so
     the ratio moves away from 1 even without an update."""
     torch.manual_seed(0)
-    spec = env_spec()
-    args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0, shuffle_agents=shuffle_agents)
+    spec = env_spec(continuous_actions=continuous)
+    args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0, shuffle_agents=shuffle_agents, continuous_actions=continuous)
     agent, value_norm, optimizer = m.build_agent(spec, args, torch.device("cpu"))
     randomize(agent)
     buffer = m.RolloutBuffer(5, 2, spec, torch.device("cpu"))
@@ -276,9 +301,11 @@ def test_impossible_settings_are_rejected(overrides, message):
 # ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("env_id", SCENARIOS)
-def test_script_end_to_end(tmp_path, run_script, env_id):
-    flags = ["--env-id", env_id, *TINY]
+@pytest.mark.parametrize(
+    "env_id,continuous", [(env_id, False) for env_id in SCENARIOS] + [("simple_speaker_listener_v4", True)]
+)
+def test_script_end_to_end(tmp_path, run_script, env_id, continuous):
+    flags = ["--env-id", env_id, *TINY] + (["--continuous-actions"] if continuous else [])
     if env_id == "simple_speaker_listener_v4":
         flags += ["--shuffle-agents"]
     result = run_script(tmp_path, *flags)
@@ -290,6 +317,10 @@ def test_script_end_to_end(tmp_path, run_script, env_id):
 def test_save_model_then_test_mode_with_video(tmp_path, run_script):
     _, result = save_then_test_mode(run_script, tmp_path, "--n-agents", "4")
     assert result.stdout.count("agent_") == 4  # the saved n_agents is used, not the default 3
+
+
+def test_continuous_actions_save_model_then_test_mode_with_video(tmp_path, run_script):
+    save_then_test_mode(run_script, tmp_path, "--continuous-actions")
 
 
 def test_script_reports_bad_input_in_one_line(tmp_path, run_script):

@@ -31,9 +31,10 @@ def env_spec(env_id: str = "simple_spread_v3", **args) -> m.EnvSpec:
 
 def random_model(env_id="simple_spread_v3", n_agents=3, seed=0, **args) -> tuple[m.MultiAgentTransformer, m.EnvSpec]:
     """A model with large random weights, so that logits and values differ clearly between agents."""
-    spec = env_spec(env_id, n_agents=n_agents)
+    model_args = m.Args(env_id=env_id, n_agents=n_agents, **args)
+    spec = m.get_env_spec(env_id, m.scenario_kwargs(model_args))
     torch.manual_seed(seed)
-    model = m.MultiAgentTransformer(spec, m.Args(env_id=env_id, n_agents=n_agents, **args))
+    model = m.MultiAgentTransformer(spec, model_args)
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, torch.nn.Linear):
@@ -123,22 +124,24 @@ def test_critic_and_transformer_are_clipped_separately_and_share_no_parameters()
 # ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("n_block,n_head", [(1, 1), (2, 2)])
-def test_autoregressive_logprobs_equal_teacher_forced_ones(n_block, n_head):
-    model, _ = random_model(n_block=n_block, n_head=n_head)
+@pytest.mark.parametrize("n_block,n_head,continuous", [(1, 1, False), (2, 2, False), (2, 2, True)])
+def test_autoregressive_logprobs_equal_teacher_forced_ones(n_block, n_head, continuous):
+    model, _ = random_model(n_block=n_block, n_head=n_head, continuous_actions=continuous)
     obs = torch.randn(256, 3, 18)
     with torch.no_grad():
         x, avail = model.agent_inputs(obs, None)
-        actions, logprobs, logits = model.decode_autoregressive(model.encode(x), avail, deterministic=False)
+        actions, logprobs, outs = model.decode_autoregressive(model.encode(x), avail, deterministic=False)
         tf_logprobs, tf_entropy = model.evaluate_actions(obs, actions)
     torch.testing.assert_close(tf_logprobs, logprobs, atol=1e-5, rtol=0)
-    torch.testing.assert_close(tf_entropy, torch.distributions.Categorical(logits=logits).entropy(), atol=1e-5, rtol=0)
-    assert tf_entropy.std() > 0.01
+    torch.testing.assert_close(
+        tf_entropy, m.action_distribution(outs, avail, model.log_std).entropy(), atol=1e-5, rtol=0
+    )
+    assert (tf_logprobs if continuous else tf_entropy).std() > 0.01
 
 
-@pytest.mark.parametrize("n_agents", [3, 8])
-def test_cached_decoding_equals_full_re_decode(n_agents):
-    model, spec = random_model(n_agents=n_agents, n_block=2, n_head=2)
+@pytest.mark.parametrize("n_agents,continuous", [(3, False), (8, False), (3, True)])
+def test_cached_decoding_equals_full_re_decode(n_agents, continuous):
+    model, spec = random_model(n_agents=n_agents, n_block=2, n_head=2, continuous_actions=continuous)
     obs = torch.randn(128, n_agents, spec.obs_dim)
     with torch.no_grad():
         x, avail = model.agent_inputs(obs, None)
@@ -149,7 +152,7 @@ def test_cached_decoding_equals_full_re_decode(n_agents):
             results.append(model.decode_autoregressive(obs_rep, avail, False, use_kv_cache=use_kv_cache))
     (cached_actions, cached_logprobs, cached_logits), (full_actions, full_logprobs, full_logits) = results
     torch.testing.assert_close(cached_logits, full_logits, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(cached_actions, full_actions, atol=0, rtol=0)
+    torch.testing.assert_close(cached_actions, full_actions, atol=1e-5 if continuous else 0, rtol=0)
     torch.testing.assert_close(cached_logprobs, full_logprobs, atol=1e-5, rtol=1e-5)
 
 
@@ -165,10 +168,11 @@ def test_model_shapes(env_id):
     assert logprob.shape == entropy.shape == model.get_value(obs, state).shape == (7, n_agents)
 
 
-def test_first_ppo_epoch_starts_on_policy():
+@pytest.mark.parametrize("continuous", [False, True])
+def test_first_ppo_epoch_starts_on_policy(continuous):
     torch.manual_seed(0)
-    spec = env_spec()
-    args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0)
+    spec = env_spec(continuous_actions=continuous)
+    args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0, continuous_actions=continuous)
     agent, value_norm, optimizer = m.build_agent(spec, args, CPU)
     buffer = random_rollout(agent, spec, 5, 2)
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(5, 2, 3), torch.randn(5, 2, 3), args)
@@ -181,9 +185,11 @@ def test_first_ppo_epoch_starts_on_policy():
 # ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("env_id", SCENARIOS)
-def test_script_end_to_end(tmp_path, run_script, env_id):
-    flags = ["--env-id", env_id, *TINY]
+@pytest.mark.parametrize(
+    "env_id,continuous", [(env_id, False) for env_id in SCENARIOS] + [("simple_speaker_listener_v4", True)]
+)
+def test_script_end_to_end(tmp_path, run_script, env_id, continuous):
+    flags = ["--env-id", env_id, *TINY] + (["--continuous-actions"] if continuous else [])
     if env_id == "simple_speaker_listener_v4":
         flags += ["--shuffle-agents", "--no-team-reward"]
     result = run_script(tmp_path, *flags)
@@ -195,6 +201,10 @@ def test_script_end_to_end(tmp_path, run_script, env_id):
 def test_save_model_then_test_mode_with_video(tmp_path, run_script):
     _, result = save_then_test_mode(run_script, tmp_path, "--n-agents", "4")
     assert result.stdout.count("agent_") == 4
+
+
+def test_continuous_actions_save_model_then_test_mode_with_video(tmp_path, run_script):
+    save_then_test_mode(run_script, tmp_path, "--continuous-actions")
 
 
 def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
