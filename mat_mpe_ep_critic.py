@@ -164,7 +164,10 @@ def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
     wrapper: the same dynamics, without wrappers that check every call (the env workers check all actions of a
     step at once) and without observing each agent several times per step (see `step_env`)."""
     module = importlib.import_module(f"mpe2.{env_id}")
-    return module.raw_env(**scenario, render_mode=render_mode)
+    env = module.raw_env(**scenario, render_mode=render_mode)
+    if render_mode is None:
+        env.screen = None  # frees the 700x700 drawing surface (~2 MB) every mpe2 env holds; only render() uses it
+    return env
 
 
 def action_size(env, agent: str) -> int:
@@ -281,19 +284,23 @@ def env_worker(conn, parent_conn, env_id: str, scenario: dict, seeds: list[int],
                 conn.send(("ok", StepResult(*(np.stack(field) for field in zip(*results)))))
             elif cmd == "close":
                 return
-    except Exception as e:  # report, then let the main process raise
-        conn.send(("error", f"{type(e).__name__}: {e}"))
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        return  # the main process is gone: leave quietly
+    except Exception as e:  # report, then let the main process end the run
+        with contextlib.suppress(OSError):
+            conn.send(("error", f"{type(e).__name__}: {e}"))
     finally:
         conn.close()
 
 
 class VecEnv:
     """`n_envs` mpe2 envs split over `n_workers` processes (0: one per CPU core); ended episodes are reset in the
-    workers. Env k is seeded with `seed + k` at the first reset."""
+    workers. Env k is seeded with `seed + k` at the first reset. A worker that dies or fails ends the program with
+    one line naming the `role` of its envs ("training" or "evaluation")."""
 
-    def __init__(self, env_id: str, scenario: dict, n_envs: int, n_workers: int, seed: int):
+    def __init__(self, env_id: str, scenario: dict, n_envs: int, n_workers: int, seed: int, role: str):
         self.spec = get_env_spec(env_id, scenario)
-        self.n_envs = n_envs
+        self.n_envs, self.role = n_envs, role
         n_workers = min(n_workers or os.cpu_count() or 1, n_envs)
         self.slices = np.array_split(np.arange(n_envs), n_workers)
         ctx = mp.get_context()
@@ -312,7 +319,14 @@ class VecEnv:
     def _fail(self, i: int, reason: str | None = None):
         self.close()
         exitcode = self.processes[i].exitcode
-        raise RuntimeError(f"env worker {i} " + (f"failed: {reason}" if reason else f"died (exit code {exitcode})"))
+        what = f"failed: {reason}" if reason else f"died (exit code {exitcode})"
+        raise SystemExit(f"error: {self.role} env worker {i} {what}")
+
+    def check_workers(self):
+        """Ends the program if a worker has died, without waiting for the next step to notice."""
+        for i, process in enumerate(self.processes):
+            if not process.is_alive():
+                self._fail(i)
 
     def _recv(self, i: int):
         conn, process = self.conns[i], self.processes[i]
@@ -864,6 +878,7 @@ def log_video(frames: np.ndarray, path: str, writer, global_step: int, fps: int 
 def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Args, global_step: int):
     torch.save(
         {
+            "script": os.path.basename(__file__),
             "agent": agent.state_dict(),
             "value_norm": value_norm.state_dict(),
             "optimizer": optimizer.state_dict(),
@@ -874,21 +889,37 @@ def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Ar
     )
 
 
+def describe_unreadable_file(path: str) -> str:
+    """What a file that torch.load cannot read looks like, in words."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if not head:
+        return "is empty"
+    if head.startswith(b"PK\x03\x04"):  # torch.save writes a zip archive
+        return "starts like a torch checkpoint but is truncated or damaged"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return "is a binary file that torch.save did not write"
+    return "is a text file"
+
+
 def load_checkpoint(path: str, device: torch.device) -> dict:
-    """The checkpoint dict; a missing, corrupt or foreign file ends the program with a one-line error."""
+    """The checkpoint dict; a missing, unreadable or foreign file ends the program with a one-line error that says
+    what the file is and what was expected."""
+    this_script = os.path.basename(__file__)
     if not os.path.isfile(path):
         raise SystemExit(f"error: checkpoint not found: {path}")
     try:
         checkpoint = torch.load(path, map_location=device, weights_only=True)
-    except Exception as e:
-        raise SystemExit(
-            f"error: cannot read checkpoint {path}: {type(e).__name__}: {str(e).splitlines()[0]}"
-        ) from None
-    missing = {"agent", "value_norm", "optimizer", "args", "global_step"} - set(
-        checkpoint if isinstance(checkpoint, dict) else {}
-    )
-    if missing:
-        raise SystemExit(f"error: {path} is not a {Args.exp_name} checkpoint (missing {sorted(missing)})")
+    except Exception:
+        what = describe_unreadable_file(path)
+        raise SystemExit(f"error: {path} {what}; expected a {this_script} checkpoint (from --save-model)") from None
+    keys = {"script", "agent", "value_norm", "optimizer", "args", "global_step"}
+    if not isinstance(checkpoint, dict) or not keys <= set(checkpoint):
+        raise SystemExit(f"error: {path} is a torch file but not a checkpoint of these scripts; expected {this_script}")
+    if checkpoint["script"] != this_script:
+        raise SystemExit(f"error: {path} is a {checkpoint['script']} checkpoint, this is {this_script}")
     return checkpoint
 
 
@@ -913,13 +944,28 @@ def restore(checkpoint: dict, agent: nn.Module, value_norm, optimizer, path: str
 # ----------------------------------------------------------------------------------------------------
 
 
+def range_errors(args) -> list[str]:
+    """One message per numeric flag outside the values it can work with; flags a script does not have are skipped."""
+    counts = "n_rollout_threads n_agents max_cycles episode_length ppo_epoch num_mini_batch hidden_size n_block n_embd"
+    rules = [  # (valid values, the test, the flags it applies to); NaN fails every test
+        ("at least 1", lambda v: v >= 1, f"{counts} n_head eval_interval n_eval_episodes log_interval"),
+        ("at least 0", lambda v: v >= 0, "seed n_workers ent_coef vf_coef"),
+        ("positive", lambda v: v > 0, "lr clip max_grad_norm huber_delta"),
+        ("between 0 and 1", lambda v: 0 <= v <= 1, "gamma gae_lambda"),
+    ]
+    return [
+        f"--{name.replace('_', '-')} must be {what}, not {getattr(args, name)}"
+        for what, ok, names in rules
+        for name in names.split()
+        if hasattr(args, name) and not ok(getattr(args, name))
+    ]
+
+
 def check_args(args: Args):
-    """Reject settings that cannot work, with one line each, before any process is started."""
+    """Reject settings that cannot work with one line, before any process is started: numeric flags out of
+    range (`range_errors`), then combinations."""
     batch = args.episode_length * args.n_rollout_threads
     problems = [
-        (args.n_rollout_threads < 1, "--n-rollout-threads must be at least 1"),
-        (args.n_agents < 1, "--n-agents must be at least 1"),
-        (args.episode_length < 1 or args.max_cycles < 1, "--episode-length and --max-cycles must be at least 1"),
         (
             args.env_id != "simple_spread_v3"
             and (args.num_agent_neighbors is not None or args.num_landmark_neighbors is not None),
@@ -942,16 +988,14 @@ def check_args(args: Args):
             args.eval_checkpoint is None and args.total_timesteps < batch,
             f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} env steps)",
         ),
-        (args.n_eval_episodes < 1, "--n-eval-episodes must be at least 1"),
-        (args.n_block < 1 or args.n_embd < 1, "--n-block and --n-embd must be at least 1"),
         (
             args.n_head < 1 or args.n_embd % args.n_head != 0,
             f"--n-head {args.n_head} does not divide --n-embd {args.n_embd}",
         ),
     ]
-    for failed, message in problems:
-        if failed:
-            raise SystemExit(f"error: {message}")
+    messages = range_errors(args) or [message for failed, message in problems if failed]
+    if messages:
+        raise SystemExit(f"error: {messages[0]}")
 
 
 def select_device(want_cuda: bool) -> torch.device:
@@ -976,6 +1020,24 @@ def torch_threads(n: int):
         yield
     finally:
         torch.set_num_threads(previous)
+
+
+class StopRequest:
+    """Turns Ctrl-C (SIGINT) and SIGTERM into a request that the training loop honours at the end of an iteration,
+    so that a stopped run still saves consistent weights and ends with one line. A second signal acts at once."""
+
+    def __enter__(self):
+        self.signal = None
+        self.previous = {s: signal.signal(s, self.request) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def request(self, signum: int, frame):
+        self.signal = signum
+        self.__exit__()
+
+    def __exit__(self, *exc_info):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
 
 
 class EpisodeReturns:
@@ -1049,11 +1111,13 @@ def run_evaluation_only(args: Args, device: torch.device):
     saved = {k: v for k, v in checkpoint["args"].items() if k in {f.name for f in dataclasses.fields(Args)}}
     keep = ("eval_checkpoint", "n_eval_episodes", "capture_video", "seed", "cuda", "n_workers")
     args = dataclasses.replace(Args(**saved), **{k: getattr(args, k) for k in keep})
-    with VecEnv(args.env_id, scenario_kwargs(args), args.n_eval_episodes, args.n_workers, args.seed + 100_000) as envs:
-        agent, value_norm, optimizer = build_agent(envs.spec, args, device)
-        restore(checkpoint, agent, value_norm, optimizer, args.eval_checkpoint)
+    scenario = scenario_kwargs(args)
+    spec = get_env_spec(args.env_id, scenario)
+    agent, value_norm, optimizer = build_agent(spec, args, device)
+    restore(checkpoint, agent, value_norm, optimizer, args.eval_checkpoint)  # before any env worker starts
+    with VecEnv(args.env_id, scenario, args.n_eval_episodes, args.n_workers, args.seed + 100_000, "evaluation") as envs:
         returns = evaluate(agent, envs, device)
-    per_agent = ", ".join(f"{a} {r:.3f}" for a, r in zip(envs.spec.agents, returns.mean(axis=0)))
+    per_agent = ", ".join(f"{a} {r:.3f}" for a, r in zip(spec.agents, returns.mean(axis=0)))
     print(
         f"{args.eval_checkpoint} (trained {checkpoint['global_step']} steps on {args.env_id}): eval episodic_return "
         f"{returns.mean():.3f} +- {returns.mean(axis=1).std():.3f} over {len(returns)} episodes; {per_agent}"
@@ -1081,13 +1145,14 @@ def main(args: Args) -> dict:
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     T, n_envs = args.episode_length, args.n_rollout_threads
     num_iterations = args.total_timesteps // (T * n_envs)
-    scenario = scenario_kwargs(args)
+    scenario, eval_seed = scenario_kwargs(args), args.seed + 100_000  # evaluation never replays training episodes
     # Acting runs while the env workers take every core, so it gets one torch thread (more would spin-wait
     # against the workers); the update runs while they idle, so it gets torch's default, one per core.
     update_threads = torch.get_num_threads()
     with (
-        VecEnv(args.env_id, scenario, n_envs, args.n_workers, args.seed) as envs,
-        VecEnv(args.env_id, scenario, args.n_eval_episodes, args.n_workers, args.seed + 100_000) as eval_envs,
+        StopRequest() as stop,
+        VecEnv(args.env_id, scenario, n_envs, args.n_workers, args.seed, "training") as envs,
+        VecEnv(args.env_id, scenario, args.n_eval_episodes, args.n_workers, eval_seed, "evaluation") as eval_envs,
         start_logging(run_name, args) as writer,
         torch_threads(1),
     ):
@@ -1140,6 +1205,7 @@ def main(args: Args) -> dict:
             log_iteration(writer, global_step, sps, lr, losses, ended_returns, envs.spec.agents)
 
             # 5. Evaluate the greedy policy, keeping the best model
+            eval_envs.check_workers()  # a dead evaluation worker ends the run now, not at the next evaluation
             last = iteration == num_iterations
             if global_step >= next_eval or last:
                 next_eval += args.eval_interval
@@ -1151,18 +1217,25 @@ def main(args: Args) -> dict:
                         path = f"runs/{run_name}/best_model.pt"
                         save_checkpoint(path, agent, value_norm, optimizer, args, global_step)
                 if args.capture_video:
-                    frames = record_episode(agent, args, device, args.seed + 100_000)
+                    frames = record_episode(agent, args, device, eval_seed)
                     log_video(frames, f"videos/{run_name}/eval_{global_step}.mp4", writer, global_step)
 
             if global_step >= next_log or last:
                 next_log += args.log_interval
                 train_return = ended_returns.mean() if len(ended_returns) else float("nan")
                 print(progress_line(global_step, num_iterations * T * n_envs, sps, train_return, eval_return, losses))
+            if stop.signal is not None:
+                break
 
         if args.save_model:
-            path = f"runs/{run_name}/model.pt"
-            save_checkpoint(path, agent, value_norm, optimizer, args, global_step)
-            print(f"model saved to {path} (best eval {best_eval:.3f} in best_model.pt)")
+            save_checkpoint(f"runs/{run_name}/model.pt", agent, value_norm, optimizer, args, global_step)
+    summary = f"run in runs/{run_name}"
+    if args.save_model:
+        summary += f", with model.pt and best_model.pt (best eval {best_eval:.3f})"
+    if stop.signal is not None:
+        print(f"stopped by {signal.Signals(stop.signal).name} at step {global_step:,}; {summary}")
+        raise SystemExit(128 + stop.signal)
+    print(summary)
     return {"run_name": run_name, "losses": losses, "best_eval": best_eval, "global_step": global_step}
 
 

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 SCRIPT = "mappo_mpe.py"  # run end to end by the run_script fixture (conftest.py)
 
-from conftest import TINY, assert_one_line_error, save_then_test_mode  # noqa: E402
+from conftest import STOP_FLAGS, TINY, assert_one_line_error, assert_stops_cleanly, save_then_test_mode  # noqa: E402
 
 import mappo_mpe as m  # noqa: E402
 
@@ -78,7 +78,9 @@ def test_partial_observability_sizes(agent_neighbors, landmark_neighbors, obs_di
     spec = env_spec(num_agent_neighbors=agent_neighbors, num_landmark_neighbors=landmark_neighbors)
     assert spec.obs_dim == 4 + 2 * landmark_neighbors + 4 * agent_neighbors == obs_dim
     assert spec.state_dim == 3 * obs_dim
-    envs = m.VecEnv("simple_spread_v3", scenario(num_agent_neighbors=agent_neighbors), 2, n_workers=1, seed=0)
+    envs = m.VecEnv(
+        "simple_spread_v3", scenario(num_agent_neighbors=agent_neighbors), 2, n_workers=1, seed=0, role="training"
+    )
     with envs:
         obs, state = envs.reset()
     assert obs.shape == (2, 3, 4 + 2 * 3 + 4 * agent_neighbors) and state.shape == (2, 3 * obs.shape[-1])
@@ -159,7 +161,7 @@ def test_step_env_sends_each_agent_its_own_dimensions_inside_the_box():
 def test_vec_env_shapes_padding_and_auto_reset(env_id):
     agents, obs_dims, action_dims, state_dim = SCENARIOS[env_id]
     n_envs, n_agents, max_cycles = 3, len(agents), 4
-    envs = m.VecEnv(env_id, scenario(env_id, max_cycles=max_cycles), n_envs, n_workers=2, seed=0)
+    envs = m.VecEnv(env_id, scenario(env_id, max_cycles=max_cycles), n_envs, n_workers=2, seed=0, role="training")
     try:
         obs, state = envs.reset()
         assert obs.shape == (n_envs, n_agents, max(obs_dims)) and obs.dtype == np.float32
@@ -191,8 +193,8 @@ def test_vec_env_shapes_padding_and_auto_reset(env_id):
 
 
 def test_vec_env_seeding_is_per_env_and_repeatable():
-    a = m.VecEnv("simple_spread_v3", scenario(), 4, n_workers=2, seed=7)
-    b = m.VecEnv("simple_spread_v3", scenario(), 4, n_workers=1, seed=7)
+    a = m.VecEnv("simple_spread_v3", scenario(), 4, n_workers=2, seed=7, role="training")
+    b = m.VecEnv("simple_spread_v3", scenario(), 4, n_workers=1, seed=7, role="training")
     try:
         obs_a, _ = a.reset()
         obs_b, _ = b.reset()
@@ -204,21 +206,21 @@ def test_vec_env_seeding_is_per_env_and_repeatable():
 
 
 def test_dead_worker_raises_quickly():
-    envs = m.VecEnv("simple_spread_v3", scenario(), 4, n_workers=2, seed=0)
+    envs = m.VecEnv("simple_spread_v3", scenario(), 4, n_workers=2, seed=0, role="training")
     envs.reset()
     envs.processes[1].kill()
     start = time.time()
-    with pytest.raises(RuntimeError, match="env worker 1 died"):
+    with pytest.raises(SystemExit, match=r"^error: training env worker 1 died \(exit code -9\)$"):
         envs.step(np.zeros((4, 3), dtype=np.int64))
     assert time.time() - start < 5
     assert not any(p.is_alive() for p in envs.processes)
 
 
 def test_worker_error_is_reported():
-    envs = m.VecEnv("simple_spread_v3", scenario(), 2, n_workers=1, seed=0)
+    envs = m.VecEnv("simple_spread_v3", scenario(), 2, n_workers=1, seed=0, role="training")
     envs.reset()
-    message = "env worker 0 failed: ValueError: action 99 of agent_0 is not one of the 5 actions"
-    with pytest.raises(RuntimeError, match=message):
+    message = "^error: training env worker 0 failed: ValueError: action 99 of agent_0 is not one of the 5 actions$"
+    with pytest.raises(SystemExit, match=message):
         envs.step(np.full((2, 3), 99, dtype=np.int64))  # not an action of Discrete(5)
     assert not any(p.is_alive() for p in envs.processes)
 
@@ -517,19 +519,63 @@ def test_checkpoint_round_trip_gives_identical_actions(tmp_path, continuous):
     assert checkpoint["args"]["continuous_actions"] is continuous
 
 
-def test_corrupt_or_foreign_checkpoint_is_a_one_line_error(tmp_path):
-    corrupt = tmp_path / "corrupt.pt"
-    corrupt.write_bytes(b"not a checkpoint")
+def test_dead_evaluation_worker_is_noticed_between_evaluations():
+    envs = m.VecEnv("simple_spread_v3", scenario(), 2, n_workers=1, seed=0, role="evaluation")
+    envs.check_workers()  # all alive: nothing happens
+    envs.processes[0].kill()
+    envs.processes[0].join()
+    with pytest.raises(SystemExit, match=r"^error: evaluation env worker 0 died \(exit code -9\)$"):
+        envs.check_workers()
+
+
+def test_workers_leave_quietly_when_the_main_process_is_gone():
+    """A worker whose pipe closes (its main process was killed) exits without a traceback."""
+    import multiprocessing as mp
+
+    parent_conn, child_conn = mp.Pipe()
+    spec = env_spec()
+    worker = mp.Process(target=m.env_worker, args=(child_conn, parent_conn, "simple_spread_v3", scenario(), [0], spec))
+    worker.start()
+    child_conn.close()
+    parent_conn.send(("reset", None))
+    assert parent_conn.recv()[0] == "ok"
+    parent_conn.close()  # what the kernel does when the main process dies
+    worker.join(timeout=10)
+    assert worker.exitcode == 0
+
+
+def test_mpe2_envs_do_not_hold_a_drawing_surface_unless_they_render():
+    assert m.make_env("simple_spread_v3", scenario()).screen is None
+    assert m.make_env("simple_spread_v3", scenario(), render_mode="rgb_array").screen is not None
+
+
+def test_unreadable_or_foreign_checkpoints_are_one_line_errors(tmp_path):
+    """Each says what the file is and what was expected."""
+    spec = env_spec()
+    agent, value_norm, optimizer = m.build_agent(spec, m.Args(), torch.device("cpu"))
+    good = tmp_path / "model.pt"
+    m.save_checkpoint(str(good), agent, value_norm, optimizer, m.Args(), 0)
+    data = good.read_bytes()
+    cases = {"no.pt": (None, "checkpoint not found")}
+    cases["empty.pt"] = (b"", "is empty; expected a mappo_mpe.py checkpoint")
+    cases["text.pt"] = (b"hello\n", "is a text file; expected a mappo_mpe.py checkpoint")
+    cases["binary.pt"] = (bytes(range(256)), "is a binary file that torch.save did not write")
+    for cut in (10, len(data) // 2, len(data) - 10):
+        cases[f"cut{cut}.pt"] = (data[:cut], "starts like a torch checkpoint but is truncated or damaged")
     foreign = tmp_path / "foreign.pt"
     torch.save({"weights": torch.zeros(1)}, foreign)
-    for path, message in [
-        (corrupt, "cannot read checkpoint"),
-        (foreign, "is not a"),
-        (tmp_path / "no.pt", "not found"),
-    ]:
+    cases["foreign.pt"] = (foreign.read_bytes(), "is a torch file but not a checkpoint of these scripts")
+    import mat_mpe
+
+    mat_agent, mat_norm, mat_optimizer = mat_mpe.build_agent(spec, mat_mpe.Args(), torch.device("cpu"))
+    mat_mpe.save_checkpoint(str(tmp_path / "mat.pt"), mat_agent, mat_norm, mat_optimizer, mat_mpe.Args(), 0)
+    cases["mat.pt"] = ((tmp_path / "mat.pt").read_bytes(), "is a mat_mpe.py checkpoint, this is mappo_mpe.py")
+    for name, (content, message) in cases.items():
+        if content is not None:
+            (tmp_path / name).write_bytes(content)
         with pytest.raises(SystemExit, match=message) as e:
-            m.load_checkpoint(str(path), torch.device("cpu"))
-        assert "\n" not in str(e.value)
+            m.load_checkpoint(str(tmp_path / name), torch.device("cpu"))
+        assert str(e.value).startswith("error: ") and "\n" not in str(e.value)
 
 
 def test_checkpoint_from_another_model_is_a_one_line_error(tmp_path):
@@ -553,6 +599,20 @@ def test_checkpoint_from_another_model_is_a_one_line_error(tmp_path):
 def test_impossible_settings_are_rejected(overrides, message):
     with pytest.raises(SystemExit, match=message):
         m.check_args(tiny_args(**overrides))
+
+
+@pytest.mark.parametrize("script", ["mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"])
+def test_every_numeric_flag_out_of_range_is_a_one_line_error(script):
+    """-1 is invalid for every numeric flag of every script; so are gamma and lambda above 1, and NaN."""
+    module = importlib.import_module(script)
+    numeric = [f.name for f in dataclasses.fields(module.Args) if f.type in (int, float, int | None)]
+    assert {"lr", "gamma", "clip", "ppo_epoch", "n_workers", "seed", "total_timesteps"} <= set(numeric)
+    invalid = [(name, -1) for name in numeric] + [("gamma", 1.5), ("gae_lambda", 1.01), ("lr", float("nan"))]
+    for name, value in invalid:
+        with pytest.raises(SystemExit) as e:
+            module.check_args(module.Args(**{name: value}))
+        assert str(e.value).startswith("error: --") and "\n" not in str(e.value), (name, value)
+    module.check_args(module.Args())  # the defaults pass
 
 
 def test_cuda_request_without_gpu_falls_back_to_cpu(capsys):
@@ -603,11 +663,20 @@ def test_continuous_actions_save_model_then_test_mode_with_video(tmp_path, run_s
     save_then_test_mode(run_script, tmp_path, "--continuous-actions")
 
 
+def test_sigterm_stops_like_ctrl_c(tmp_path, stop_script):
+    code, out, err = stop_script(tmp_path, "SIGTERM", *STOP_FLAGS)
+    assert code == 143 and err == "" and out.splitlines()[-1].startswith("stopped by SIGTERM at step ")
+
+
+def test_ctrl_c_and_a_killed_worker_end_the_run_with_one_line(tmp_path, stop_script):
+    assert_stops_cleanly(stop_script, tmp_path)
+
+
 def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
     (tmp_path / "bad.pt").write_bytes(b"garbage")
     for flags, message in [
         (["--num-mini-batch", "7", *TINY], "does not divide"),
-        (["--eval-checkpoint", str(tmp_path / "bad.pt")], "cannot read checkpoint"),
+        (["--eval-checkpoint", str(tmp_path / "bad.pt")], "is a text file"),
     ]:
         assert_one_line_error(run_script(tmp_path, *flags, check=False), message)
     result = run_script(tmp_path, "--env-id", "simple_tag_v3", check=False)

@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 SCRIPT = "mappo_mpe_rnn.py"  # run end to end by the run_script fixture (conftest.py)
 
-from conftest import TINY, assert_one_line_error, save_then_test_mode  # noqa: E402
+from conftest import TINY, assert_one_line_error, assert_stops_cleanly, save_then_test_mode  # noqa: E402
 
 import mappo_mpe_rnn as m  # noqa: E402
 
@@ -164,7 +164,7 @@ def test_replay_reproduces_acting_across_episode_starts(state_type, separate_act
     )
     T, n_envs = 20, 4
     env_scenario = scenario(max_cycles=7, continuous_actions=continuous)
-    envs = m.VecEnv("simple_spread_v3", env_scenario, n_envs, n_workers=1, seed=0)
+    envs = m.VecEnv("simple_spread_v3", env_scenario, n_envs, n_workers=1, seed=0, role="training")
     agent, value_norm, _ = m.build_agent(envs.spec, args, CPU)
     randomize(agent)
     buffer = m.RolloutBuffer(T, n_envs, envs.spec, CPU, agent.initial_hidden(n_envs))
@@ -204,7 +204,7 @@ def test_evaluation_and_video_reset_the_hidden_state_at_the_episode_start(monkey
         return actions, logprobs, next_hidden
 
     monkeypatch.setattr(agent, "act", spy)
-    with m.VecEnv("simple_spread_v3", scenario(max_cycles=4), 3, n_workers=1, seed=0) as envs:
+    with m.VecEnv("simple_spread_v3", scenario(max_cycles=4), 3, n_workers=1, seed=0, role="training") as envs:
         m.evaluate(agent, envs, CPU)
     m.record_episode(agent, m.Args(max_cycles=4), CPU, seed=0)
     assert len(calls) == 8  # 4 steps of evaluation, 4 of the video
@@ -318,6 +318,10 @@ def test_save_model_then_test_mode_with_video(tmp_path, run_script):
 
 def test_continuous_actions_save_model_then_test_mode_with_video(tmp_path, run_script):
     save_then_test_mode(run_script, tmp_path, "--continuous-actions")
+
+
+def test_ctrl_c_and_a_killed_worker_end_the_run_with_one_line(tmp_path, stop_script):
+    assert_stops_cleanly(stop_script, tmp_path)
 
 
 def test_script_reports_bad_input_in_one_line(tmp_path, run_script):

@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 SCRIPT = "mat_mpe.py"  # run end to end by the run_script fixture (conftest.py)
 
-from conftest import TINY, assert_one_line_error, save_then_test_mode  # noqa: E402
+from conftest import TINY, assert_one_line_error, assert_stops_cleanly, save_then_test_mode  # noqa: E402
 
 import mappo_mpe  # noqa: E402
 import mat_mpe as m  # noqa: E402
@@ -194,7 +194,7 @@ def test_encoder_follows_a_shuffled_agent_order():
 @pytest.mark.parametrize("env_id", SCENARIOS)
 def test_vec_env_shapes(env_id):
     n_agents, obs_dim, _, action_dims = SCENARIOS[env_id]
-    envs = m.VecEnv(env_id, scenario(env_id, max_cycles=2), 3, n_workers=2, seed=0)
+    envs = m.VecEnv(env_id, scenario(env_id, max_cycles=2), 3, n_workers=2, seed=0, role="training")
     try:
         obs, _ = envs.reset()
         assert obs.shape == (3, n_agents, obs_dim)
@@ -287,7 +287,7 @@ def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
     [
         (dict(num_mini_batch=3), "does not divide the rollout of 100 env steps"),
         (dict(n_head=3), "--n-head 3 does not divide --n-embd 64"),
-        (dict(n_block=0), "--n-block and --n-embd must be at least 1"),
+        (dict(n_block=0), "--n-block must be at least 1, not 0"),
     ],
 )
 def test_impossible_settings_are_rejected(overrides, message):
@@ -323,10 +323,14 @@ def test_continuous_actions_save_model_then_test_mode_with_video(tmp_path, run_s
     save_then_test_mode(run_script, tmp_path, "--continuous-actions")
 
 
+def test_ctrl_c_and_a_killed_worker_end_the_run_with_one_line(tmp_path, stop_script):
+    assert_stops_cleanly(stop_script, tmp_path)
+
+
 def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
     (tmp_path / "bad.pt").write_bytes(b"garbage")
     for flags, message in [
         (["--n-head", "5", *TINY], "does not divide --n-embd"),
-        (["--eval-checkpoint", str(tmp_path / "bad.pt")], "cannot read checkpoint"),
+        (["--eval-checkpoint", str(tmp_path / "bad.pt")], "is a text file"),
     ]:
         assert_one_line_error(run_script(tmp_path, *flags, check=False), message)

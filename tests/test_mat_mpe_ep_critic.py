@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 SCRIPT = "mat_mpe_ep_critic.py"  # run end to end by the run_script fixture (conftest.py)
 
-from conftest import TINY, assert_one_line_error, save_then_test_mode  # noqa: E402
+from conftest import TINY, assert_one_line_error, assert_stops_cleanly, save_then_test_mode  # noqa: E402
 
 import mat_mpe_ep_critic as m  # noqa: E402
 
@@ -207,10 +207,14 @@ def test_continuous_actions_save_model_then_test_mode_with_video(tmp_path, run_s
     save_then_test_mode(run_script, tmp_path, "--continuous-actions")
 
 
+def test_ctrl_c_and_a_killed_worker_end_the_run_with_one_line(tmp_path, stop_script):
+    assert_stops_cleanly(stop_script, tmp_path)
+
+
 def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
     (tmp_path / "bad.pt").write_bytes(b"garbage")
     for flags, message in [
         (["--n-head", "5", *TINY], "does not divide --n-embd"),
-        (["--eval-checkpoint", str(tmp_path / "bad.pt")], "cannot read checkpoint"),
+        (["--eval-checkpoint", str(tmp_path / "bad.pt")], "is a text file"),
     ]:
         assert_one_line_error(run_script(tmp_path, *flags, check=False), message)
