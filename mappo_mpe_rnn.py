@@ -440,10 +440,14 @@ class RecurrentNet(nn.Module):
 class Gaussian(Normal):
     """Diagonal Gaussian over zero-padded action vectors (..., action_dim): the dimensions an agent does not have
     (`dims` False) are zero in its samples and add nothing to its log-probabilities and entropies, which are
-    summed over the action dimensions (one PPO ratio per agent, as for discrete actions)."""
+    summed over the action dimensions (one PPO ratio per agent, as for discrete actions).
 
-    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor, dims: torch.Tensor):
-        super().__init__(mean, log_std.exp().expand_as(mean), validate_args=False)
+    The std is 0.5 * sigmoid(`std_logit`): at most half the width of the action box [0, 1]. The entropy bonus
+    sees the unclipped Gaussian, whose entropy grows without bound with its std, while a wider Gaussian only
+    puts more actions on the box's faces once clipped; with an unbounded std the bonus kept widening it."""
+
+    def __init__(self, mean: torch.Tensor, std_logit: torch.Tensor, dims: torch.Tensor):
+        super().__init__(mean, (0.5 * torch.sigmoid(std_logit)).expand_as(mean), validate_args=False)
         self.dims = dims
 
     def sample(self) -> torch.Tensor:
@@ -460,13 +464,13 @@ class Gaussian(Normal):
         return (super().entropy() * self.dims).sum(-1)
 
 
-def action_distribution(out: torch.Tensor, avail_actions: torch.Tensor, log_std: torch.Tensor | None):
-    """The one place that tells discrete from continuous actions. Discrete (`log_std` None): a categorical on
+def action_distribution(out: torch.Tensor, avail_actions: torch.Tensor, std_logit: torch.Tensor | None):
+    """The one place that tells discrete from continuous actions. Discrete (`std_logit` None): a categorical on
     the logits `out` with unavailable actions at zero probability. Continuous: a Gaussian with mean `out`.
     Either way `sample()`, `mode`, `log_prob(actions)` and `entropy()` give one value per agent."""
-    if log_std is None:
+    if std_logit is None:
         return Categorical(logits=out.masked_fill(~avail_actions, -1e10), validate_args=False)
-    return Gaussian(out, log_std, avail_actions)
+    return Gaussian(out, std_logit, avail_actions)
 
 
 class Agent(nn.Module):
@@ -483,11 +487,11 @@ class Agent(nn.Module):
         actor_in = spec.obs_dim + (n_agents if args.use_agent_id else 0)
         n_actors = n_agents if args.separate_actors else 1
         self.actors = nn.ModuleList(RecurrentNet(actor_in, spec.action_dim, 0.01, args) for _ in range(n_actors))
-        self.register_parameter("actor_logstd", None)  # discrete actions have none
-        if spec.continuous:  # the mean starts at the centre of the box [0, 1], the std at 0.5, half its width
+        self.register_parameter("actor_std_logit", None)  # discrete actions have none
+        if spec.continuous:  # the mean starts at the centre of the box [0, 1], the std at 0.5 * sigmoid(1) = 0.37
             for actor in self.actors:
                 nn.init.constant_(actor.out.bias, 0.5)
-            self.actor_logstd = nn.Parameter(torch.full((n_actors, spec.action_dim), float(np.log(0.5))))
+            self.actor_std_logit = nn.Parameter(torch.ones(n_actors, spec.action_dim))
         # EP: one critic pass per env on the shared state, with one value head per agent (agents' returns
         # differ without --team-reward). FP/AS: one pass per agent on an agent-specific state.
         critic_in = {
@@ -538,7 +542,7 @@ class Agent(nn.Module):
         else:
             outputs = [actor(x[:, :, i : i + 1], hidden[:, i : i + 1], starts) for i, actor in enumerate(self.actors)]
             out, hiddens = (torch.cat(parts, dim=2) for parts in zip(*outputs))
-        return action_distribution(out, self.avail_actions, self.actor_logstd), hiddens
+        return action_distribution(out, self.avail_actions, self.actor_std_logit), hiddens
 
     def act(self, obs: torch.Tensor, hidden: torch.Tensor, starts: torch.Tensor, deterministic: bool = False):
         """One step: actions (B, n_agents), or (B, n_agents, action_dim) if continuous, and their log-probabilities
@@ -816,17 +820,17 @@ def log_video(frames: np.ndarray, path: str, writer, global_step: int, fps: int 
 
 
 def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Args, global_step: int):
-    torch.save(
-        {
-            "script": os.path.basename(__file__),
-            "agent": agent.state_dict(),
-            "value_norm": value_norm.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "args": dataclasses.asdict(args),
-            "global_step": global_step,
-        },
-        path,
-    )
+    """Writes a temporary file, then renames it: a run killed while writing never leaves a damaged checkpoint."""
+    checkpoint = {
+        "script": os.path.basename(__file__),
+        "agent": agent.state_dict(),
+        "value_norm": value_norm.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "args": dataclasses.asdict(args),
+        "global_step": global_step,
+    }
+    torch.save(checkpoint, f"{path}.tmp")
+    os.replace(f"{path}.tmp", path)  # atomic on POSIX and Windows
 
 
 def describe_unreadable_file(path: str) -> str:

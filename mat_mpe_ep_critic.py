@@ -483,10 +483,14 @@ class DecodeBlock(nn.Module):
 class Gaussian(Normal):
     """Diagonal Gaussian over zero-padded action vectors (..., action_dim): the dimensions an agent does not have
     (`dims` False) are zero in its samples and add nothing to its log-probabilities and entropies, which are
-    summed over the action dimensions (one PPO ratio per agent, as for discrete actions)."""
+    summed over the action dimensions (one PPO ratio per agent, as for discrete actions).
 
-    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor, dims: torch.Tensor):
-        super().__init__(mean, log_std.exp().expand_as(mean), validate_args=False)
+    The std is 0.5 * sigmoid(`std_logit`): at most half the width of the action box [0, 1]. The entropy bonus
+    sees the unclipped Gaussian, whose entropy grows without bound with its std, while a wider Gaussian only
+    puts more actions on the box's faces once clipped; with an unbounded std the bonus kept widening it."""
+
+    def __init__(self, mean: torch.Tensor, std_logit: torch.Tensor, dims: torch.Tensor):
+        super().__init__(mean, (0.5 * torch.sigmoid(std_logit)).expand_as(mean), validate_args=False)
         self.dims = dims
 
     def sample(self) -> torch.Tensor:
@@ -503,13 +507,13 @@ class Gaussian(Normal):
         return (super().entropy() * self.dims).sum(-1)
 
 
-def action_distribution(out: torch.Tensor, avail_actions: torch.Tensor, log_std: torch.Tensor | None):
-    """The one place that tells discrete from continuous actions. Discrete (`log_std` None): a categorical on
+def action_distribution(out: torch.Tensor, avail_actions: torch.Tensor, std_logit: torch.Tensor | None):
+    """The one place that tells discrete from continuous actions. Discrete (`std_logit` None): a categorical on
     the logits `out` with unavailable actions at zero probability. Continuous: a Gaussian with mean `out`.
     Either way `sample()`, `mode`, `log_prob(actions)` and `entropy()` give one value per agent."""
-    if log_std is None:
+    if std_logit is None:
         return Categorical(logits=out.masked_fill(~avail_actions, -1e10), validate_args=False)
-    return Gaussian(out, log_std, avail_actions)
+    return Gaussian(out, std_logit, avail_actions)
 
 
 class MultiAgentTransformer(nn.Module):
@@ -537,10 +541,10 @@ class MultiAgentTransformer(nn.Module):
         )
         self.decoder_blocks = nn.ModuleList(DecodeBlock(n_embd, args.n_head) for _ in range(args.n_block))
         self.action_head = head(n_embd, spec.action_dim)
-        self.register_parameter("log_std", None)  # discrete actions have none
-        if spec.continuous:  # the mean starts at the centre of the box [0, 1], the std at 0.5, half its width
+        self.register_parameter("std_logit", None)  # discrete actions have none
+        if spec.continuous:  # the mean starts at the centre of the box [0, 1], the std at 0.5 * sigmoid(1) = 0.37
             nn.init.constant_(self.action_head[-1].bias, 0.5)
-            self.log_std = nn.Parameter(torch.full((spec.action_dim,), float(np.log(0.5))))
+            self.std_logit = nn.Parameter(torch.ones(spec.action_dim))
         # mappo_mpe.py's EP critic: one pass per env on the shared state, one value head per agent (agents' returns
         # differ without --team-reward)
         self.critic = mlp_net(spec.state_dim, n_agents, 1.0, args)
@@ -600,7 +604,7 @@ class MultiAgentTransformer(nn.Module):
                 out = self.decode(shifted[:, i : i + 1], obs_rep[:, i : i + 1], cache)[:, 0]
             else:
                 out = self.decode(shifted, obs_rep)[:, i]
-            dist = action_distribution(out, avail[..., i, :], self.log_std)
+            dist = action_distribution(out, avail[..., i, :], self.std_logit)
             action = dist.mode if deterministic else dist.sample()
             actions.append(action)
             logprobs.append(dist.log_prob(action))
@@ -618,7 +622,7 @@ class MultiAgentTransformer(nn.Module):
     def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor, agent_order: torch.Tensor | None = None):
         """Log-probs and entropies, both (B, n_agents), of given joint actions in one teacher-forced pass."""
         x, avail = self.agent_inputs(obs, agent_order)
-        dist = action_distribution(self.decode(self.shift_actions(actions), self.encode(x)), avail, self.log_std)
+        dist = action_distribution(self.decode(self.shift_actions(actions), self.encode(x)), avail, self.std_logit)
         return dist.log_prob(actions), dist.entropy()
 
 
@@ -876,17 +880,17 @@ def log_video(frames: np.ndarray, path: str, writer, global_step: int, fps: int 
 
 
 def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Args, global_step: int):
-    torch.save(
-        {
-            "script": os.path.basename(__file__),
-            "agent": agent.state_dict(),
-            "value_norm": value_norm.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "args": dataclasses.asdict(args),
-            "global_step": global_step,
-        },
-        path,
-    )
+    """Writes a temporary file, then renames it: a run killed while writing never leaves a damaged checkpoint."""
+    checkpoint = {
+        "script": os.path.basename(__file__),
+        "agent": agent.state_dict(),
+        "value_norm": value_norm.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "args": dataclasses.asdict(args),
+        "global_step": global_step,
+    }
+    torch.save(checkpoint, f"{path}.tmp")
+    os.replace(f"{path}.tmp", path)  # atomic on POSIX and Windows
 
 
 def describe_unreadable_file(path: str) -> str:

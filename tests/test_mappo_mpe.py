@@ -326,7 +326,7 @@ def test_gaussian_padded_dimensions_change_nothing():
     torch.manual_seed(0)
     agent = m.Agent(spec, m.Args(separate_actors=True))
     with torch.no_grad():
-        agent.actor_logstd.copy_(torch.randn(2, 5) * 0.3)
+        agent.actor_std_logit.copy_(torch.randn(2, 5))
         obs = torch.randn(512, 2, 11)
         dist = agent.get_dist(obs)
         actions, logprobs = agent.act(obs)
@@ -337,7 +337,7 @@ def test_gaussian_padded_dimensions_change_nothing():
     assert actions.shape == (512, 2, 5) and torch.all(actions[:, 0, 3:] == 0) and torch.all(greedy[:, 0, 3:] == 0)
     torch.testing.assert_close(dist.log_prob(padded), logprobs, atol=0, rtol=0)
     torch.testing.assert_close(greedy[:, 1], dist.mean[:, 1], atol=0, rtol=0)
-    std = agent.actor_logstd.exp()
+    std = 0.5 * torch.sigmoid(agent.actor_std_logit)
     for i, d in enumerate([3, 5]):
         own = torch.distributions.Normal(dist.mean[:, i, :d], std[i, :d])
         torch.testing.assert_close(logprobs[:, i], own.log_prob(actions[:, i, :d]).sum(-1), atol=1e-5, rtol=0)
@@ -349,8 +349,8 @@ def test_continuous_policy_starts_in_the_middle_of_the_box():
     agent = m.Agent(spec, m.Args())
     with torch.no_grad():
         dist = agent.get_dist(torch.randn(256, 3, 18))
-    assert (dist.mean - 0.5).abs().max() < 0.1 and torch.all(dist.stddev == 0.5)
-    assert agent.actor_logstd.shape == (1, 5)  # shared actor: one log-std per action dimension
+    assert (dist.mean - 0.5).abs().max() < 0.1 and torch.all(dist.stddev == 0.5 * torch.sigmoid(torch.tensor(1.0)))
+    assert agent.actor_std_logit.shape == (1, 5)  # shared actor: one std per action dimension
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -457,7 +457,7 @@ def test_first_ppo_epoch_starts_on_policy(continuous):
     assert stats["clipfrac"] == 0.0 and stats["approx_kl"] == pytest.approx(0.0, abs=1e-7)
 
 
-def test_log_std_is_trained_as_part_of_the_actor():
+def test_std_is_trained_as_part_of_the_actor():
     torch.manual_seed(0)
     spec = env_spec(continuous_actions=True)
     args = m.Args(ppo_epoch=1, lr=1e-2, continuous_actions=True, max_grad_norm=1e-6)
@@ -467,12 +467,12 @@ def test_log_std_is_trained_as_part_of_the_actor():
     with torch.no_grad():
         for t in range(5):
             buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t])
-    before = agent.actor_logstd.detach().clone()
+    before = agent.actor_std_logit.detach().clone()
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(5, 2, 3), torch.randn(5, 2, 3), args)
-    assert not torch.equal(agent.actor_logstd, before)
-    # the log-std's gradient is clipped with the actor's: together they have the clipped norm
+    assert not torch.equal(agent.actor_std_logit, before)
+    # the std's gradient is clipped with the actor's: together they have the clipped norm
     grads = [p.grad for name, p in agent.named_parameters() if not name.startswith("critic.")]
-    assert stats["actor_grad_norm"] > 1.0 and agent.actor_logstd.grad.abs().sum() > 0
+    assert stats["actor_grad_norm"] > 1.0 and agent.actor_std_logit.grad.abs().sum() > 0
     assert torch.cat([g.flatten() for g in grads]).norm().item() == pytest.approx(1e-6, rel=1e-3)
 
 
@@ -547,6 +547,26 @@ def test_workers_leave_quietly_when_the_main_process_is_gone():
 def test_mpe2_envs_do_not_hold_a_drawing_surface_unless_they_render():
     assert m.make_env("simple_spread_v3", scenario()).screen is None
     assert m.make_env("simple_spread_v3", scenario(), render_mode="rgb_array").screen is not None
+
+
+def test_a_checkpoint_write_that_fails_leaves_the_previous_one_intact(tmp_path, monkeypatch):
+    spec = env_spec()
+    agent, value_norm, optimizer = m.build_agent(spec, m.Args(), torch.device("cpu"))
+    path = str(tmp_path / "model.pt")
+    m.save_checkpoint(path, agent, value_norm, optimizer, m.Args(), 100)
+    assert os.listdir(tmp_path) == ["model.pt"]
+    real_save = torch.save
+
+    def killed_while_writing(obj, f):
+        real_save(obj, f)
+        with open(f, "r+b") as file:
+            file.truncate(100)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", killed_while_writing)
+    with pytest.raises(KeyboardInterrupt):
+        m.save_checkpoint(path, agent, value_norm, optimizer, m.Args(), 200)
+    assert m.load_checkpoint(path, torch.device("cpu"))["global_step"] == 100
 
 
 def test_unreadable_or_foreign_checkpoints_are_one_line_errors(tmp_path):

@@ -83,7 +83,7 @@ def test_sampled_logprobs_and_entropies_match_teacher_forcing(n_block, n_head, c
         tf_logprobs, tf_entropy, _ = model.evaluate_actions(obs, actions)
     torch.testing.assert_close(tf_logprobs, logprobs, atol=1e-5, rtol=0)
     torch.testing.assert_close(
-        tf_entropy, m.action_distribution(outs, avail, model.log_std).entropy(), atol=1e-5, rtol=0
+        tf_entropy, m.action_distribution(outs, avail, model.std_logit).entropy(), atol=1e-5, rtol=0
     )
     assert (tf_entropy if not continuous else tf_logprobs).std() > 0.01  # random enough for the check to mean something
 
@@ -145,7 +145,7 @@ def test_continuous_padded_dimensions_are_zero_and_change_no_log_probability():
     model, _ = random_model("simple_speaker_listener_v4", 2, continuous_actions=True)
     obs = torch.randn(512, 2, 11)
     with torch.no_grad():
-        model.log_std.copy_(torch.randn(5) * 0.3)
+        model.std_logit.copy_(torch.randn(5))
         actions, logprobs = model.act(obs)
         greedy, _ = model.act(obs, deterministic=True)
         padded = actions.clone()
@@ -153,7 +153,7 @@ def test_continuous_padded_dimensions_are_zero_and_change_no_log_probability():
         padded_logprobs, entropy, _ = model.evaluate_actions(obs, padded)
     assert actions.shape == (512, 2, 5) and torch.all(actions[:, 0, 3:] == 0) and torch.all(greedy[:, 0, 3:] == 0)
     torch.testing.assert_close(padded_logprobs[:, 0], logprobs[:, 0], atol=1e-5, rtol=0)
-    own_entropy = torch.distributions.Normal(0.0, model.log_std[:3].exp()).entropy().sum()
+    own_entropy = torch.distributions.Normal(0.0, 0.5 * torch.sigmoid(model.std_logit[:3])).entropy().sum()
     torch.testing.assert_close(entropy[:, 0], own_entropy.expand(512), atol=1e-5, rtol=0)
 
 

@@ -134,7 +134,7 @@ def test_autoregressive_logprobs_equal_teacher_forced_ones(n_block, n_head, cont
         tf_logprobs, tf_entropy = model.evaluate_actions(obs, actions)
     torch.testing.assert_close(tf_logprobs, logprobs, atol=1e-5, rtol=0)
     torch.testing.assert_close(
-        tf_entropy, m.action_distribution(outs, avail, model.log_std).entropy(), atol=1e-5, rtol=0
+        tf_entropy, m.action_distribution(outs, avail, model.std_logit).entropy(), atol=1e-5, rtol=0
     )
     assert (tf_logprobs if continuous else tf_entropy).std() > 0.01
 
