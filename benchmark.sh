@@ -11,6 +11,7 @@
 #   bash benchmark.sh mat critic      # mat_mpe_ep_critic.py's critic per update: once per env vs per agent, N = 3, 12
 #   bash benchmark.sh ALGO env-rate   # single-process env steps/s: mpe2's parallel_env (+ state()) vs step_env (~2 min)
 #   bash benchmark.sh ALGO official-task  # spread, 500k steps, on the task of the official codes' MPE copy
+#   bash benchmark.sh ALGO resume     # spread 600k straight, and stopped by SIGTERM at 300k then resumed: equal?
 # ALGO is mappo (mappo_mpe.py), rnn (mappo_mpe_rnn.py), mat (mat_mpe.py) or mat_ep (mat_mpe_ep_critic.py). Runs go to bench/runs (TensorBoard) and
 # bench/ALGO_*.log; every run ends with a table of its returns.
 set -euo pipefail
@@ -24,7 +25,7 @@ case "$algo" in
   mappo|mat) script="../${algo}_mpe.py" ;;
   rnn) script="../mappo_mpe_rnn.py" ;;
   mat_ep) script="../mat_mpe_ep_critic.py" ;;
-  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate, bash benchmark.sh mat acting|critic"; exit 2 ;;
+  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume, bash benchmark.sh mat acting|critic"; exit 2 ;;
 esac
 
 raw_env_rate() {  # single-process random-action env steps per second of scenario $1, stepped as $2: "mpe2",
@@ -161,6 +162,38 @@ for n_agents in (3, 12):
 PY
 }
 
+stop_and_resume() {  # 600k steps of spread straight, and the same run stopped by SIGTERM at 300k, then resumed
+  train resume_straight --total-timesteps 600000
+  local name="${algo}_resume_stopped"
+  python -u "$script" --exp-name "$name" --seed "$seed" --total-timesteps 600000 > "$name.log" 2>&1 &
+  local pid=$!
+  until grep -q "^step   300,000/" "$name.log" 2>/dev/null; do kill -0 "$pid" || exit 1; sleep 1; done
+  kill -TERM "$pid"
+  wait "$pid" || true
+  tail -1 "$name.log"
+  local run
+  run=$(ls -td runs/*__"${name}"__* | head -1)
+  python "$script" --exp-name "$name" --seed "$seed" --total-timesteps 600000 --resume "$run/checkpoint.pt" 2>&1 \
+    | tee -a "$name.log"
+  curve "__${name}__" | tee -a "$name.log"
+  python - "$(ls -td runs/*__"${algo}"_resume_straight__* | head -1)" "$run" <<'PY'
+import sys
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+straight, resumed = sys.argv[1:]
+a, b = (torch.load(f"{run}/checkpoint.pt", weights_only=True) for run in (straight, resumed))
+same_params = a["agent"].keys() == b["agent"].keys() and all(torch.equal(a["agent"][k], b["agent"][k]) for k in a["agent"])
+def scalars(run):
+    events = EventAccumulator(run, size_guidance={"scalars": 0})
+    events.Reload()
+    return {t: [(e.step, e.value) for e in events.Scalars(t)] for t in events.Tags()["scalars"] if t != "charts/SPS"}
+x, y = scalars(straight), scalars(resumed)
+differing = [t for t in x if x[t] != y.get(t)]
+print(f"at step {a['global_step']:,} and {b['global_step']:,}: parameters bit-identical: {same_params}; "
+      f"{len(x)} logged series, identical at every step: {not differing and x.keys() == y.keys()} {differing}")
+PY
+}
+
 official_task() {  # runs the script on simple_spread_v3 changed into the official codes' MPE task
   python - "$script" --exp-name "${algo}_official_task" --seed "$seed" --total-timesteps 500000 "$@" <<'PY'
 import runpy, sys
@@ -230,11 +263,12 @@ case "${2:-}" in
   spread-continuous) train spread_continuous --continuous-actions ;;
   listener-continuous) train listener_continuous "${listener_flags[@]}" --continuous-actions ;;
   reference) train reference "${reference_flags[@]}" ;;
+  resume) stop_and_resume 2>&1 | tee "${algo}_resume.log" ;;
   official-task)
     official_task 2>&1 | tee "${algo}_official_task.log"
     curve "__${algo}_official_task__" | tee -a "${algo}_official_task.log"
     ;;
   acting) [ "$algo" = mat ] && acting_time | tee mat_acting.log ;;
   critic) [ "$algo" = mat ] && critic_time | tee mat_critic.log ;;
-  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate, bash benchmark.sh mat acting|critic"; exit 2 ;;
+  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume, bash benchmark.sh mat acting|critic"; exit 2 ;;
 esac

@@ -13,6 +13,7 @@ import dataclasses
 import importlib
 import multiprocessing as mp
 import os
+import pickle
 import random
 import signal
 import time
@@ -49,6 +50,10 @@ class Args:
     """if toggled, save the final and the best-evaluated checkpoint to `runs/{run_name}`"""
     eval_checkpoint: str | None = None
     """test mode: load this checkpoint, run the evaluation episodes and exit without training"""
+    resume: str | None = None
+    """continue the run of this training checkpoint (`runs/{run_name}/checkpoint.pt`) as if it had never stopped"""
+    checkpoint_interval: int = 200_000
+    """environment steps between training checkpoints (also written at the end and when the run is stopped)"""
 
     # Environment
     env_id: Literal["simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4"] = "simple_spread_v3"
@@ -219,6 +224,16 @@ def step_env(env, actions: np.ndarray, obs_dim: int) -> tuple[np.ndarray, ...]:
     return obs, state, rewards, terminated, truncated
 
 
+def get_env_state(env) -> bytes:
+    """Everything the env holds (world, episode step, random generator, rewards) but its drawing objects, pickled:
+    restored by `set_env_state`, the env goes on exactly as this one would."""
+    return pickle.dumps({k: v for k, v in vars(env).items() if k not in ("screen", "game_font")})
+
+
+def set_env_state(env, state: bytes):
+    vars(env).update(pickle.loads(state))
+
+
 class StepResult(NamedTuple):
     obs: np.ndarray  # (n_envs, n_agents, obs_dim), already reset where an episode ended
     state: np.ndarray  # (n_envs, state_dim)
@@ -273,6 +288,12 @@ def env_worker(conn, parent_conn, env_id: str, scenario: dict, seeds: list[int],
                         obs, state = reset_env(env, spec.obs_dim)
                     results.append((obs, state, rewards, terminated, truncated, final_obs, final_state))
                 conn.send(("ok", StepResult(*(np.stack(field) for field in zip(*results)))))
+            elif cmd == "get_state":
+                conn.send(("ok", [get_env_state(env) for env in envs]))
+            elif cmd == "set_state":
+                for env, state in zip(envs, data):
+                    set_env_state(env, state)
+                conn.send(("ok", None))
             elif cmd == "close":
                 return
     except (EOFError, BrokenPipeError, ConnectionResetError):
@@ -349,6 +370,13 @@ class VecEnv:
         results = self._gather("step", actions)
         return StepResult(*(np.concatenate(field) for field in zip(*results)))
 
+    def get_states(self) -> list[bytes]:
+        """The state of every env, in order (see `get_env_state`)."""
+        return [state for states in self._gather("get_state") for state in states]
+
+    def set_states(self, states: list[bytes]):
+        self._gather("set_state", np.array(states, dtype=object))
+
     def close(self):
         if self.closed:
             return
@@ -404,12 +432,12 @@ class Gaussian(Normal):
     (`dims` False) are zero in its samples and add nothing to its log-probabilities and entropies, which are
     summed over the action dimensions (one PPO ratio per agent, as for discrete actions).
 
-    The std is 0.5 * sigmoid(`std_logit`): at most half the width of the action box [0, 1]. The entropy bonus
-    sees the unclipped Gaussian, whose entropy grows without bound with its std, while a wider Gaussian only
-    puts more actions on the box's faces once clipped; with an unbounded std the bonus kept widening it."""
+    The std is sigmoid(`std_logit`): at most the width of the action box [0, 1]. The entropy bonus sees the
+    unclipped Gaussian, whose entropy grows without bound with its std, while a wider Gaussian only puts more
+    actions on the box's faces once clipped; with an unbounded std the bonus kept widening it."""
 
     def __init__(self, mean: torch.Tensor, std_logit: torch.Tensor, dims: torch.Tensor):
-        super().__init__(mean, (0.5 * torch.sigmoid(std_logit)).expand_as(mean), validate_args=False)
+        super().__init__(mean, torch.sigmoid(std_logit).expand_as(mean), validate_args=False)
         self.dims = dims
 
     def sample(self) -> torch.Tensor:
@@ -448,10 +476,10 @@ class Agent(nn.Module):
         n_actors = n_agents if args.separate_actors else 1
         self.actors = nn.ModuleList(mlp_net(actor_in, spec.action_dim, 0.01, args) for _ in range(n_actors))
         self.register_parameter("actor_std_logit", None)  # discrete actions have none
-        if spec.continuous:  # the mean starts at the centre of the box [0, 1], the std at 0.5 * sigmoid(1) = 0.37
+        if spec.continuous:  # the mean starts at the centre of the box [0, 1], the std at sigmoid(2) = 0.88
             for actor in self.actors:
                 nn.init.constant_(actor[-1].bias, 0.5)
-            self.actor_std_logit = nn.Parameter(torch.ones(n_actors, spec.action_dim))
+            self.actor_std_logit = nn.Parameter(torch.full((n_actors, spec.action_dim), 2.0))
         # EP: one critic pass per env on the shared state, with one value head per agent (agents' returns
         # differ without --team-reward). FP/AS: one pass per agent on an agent-specific state.
         critic_in = {
@@ -742,8 +770,9 @@ def log_video(frames: np.ndarray, path: str, writer, global_step: int, fps: int 
     writer.add_video("eval/video", small, global_step, fps=fps)
 
 
-def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Args, global_step: int):
-    """Writes a temporary file, then renames it: a run killed while writing never leaves a damaged checkpoint."""
+def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Args, global_step: int, **training):
+    """Writes the model, with `training` (see `training_state`) for a training checkpoint, to a temporary file, then
+    renames it: a run killed while writing never leaves a damaged checkpoint."""
     checkpoint = {
         "script": os.path.basename(__file__),
         "agent": agent.state_dict(),
@@ -751,6 +780,7 @@ def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Ar
         "optimizer": optimizer.state_dict(),
         "args": dataclasses.asdict(args),
         "global_step": global_step,
+        **training,
     }
     torch.save(checkpoint, f"{path}.tmp")
     os.replace(f"{path}.tmp", path)  # atomic on POSIX and Windows
@@ -806,6 +836,55 @@ def restore(checkpoint: dict, agent: nn.Module, value_norm, optimizer, path: str
         raise SystemExit(f"error: checkpoint {path} does not fit this model: {str(e).splitlines()[0]}") from None
 
 
+def rng_states() -> dict:
+    """The random generators of python, numpy and torch (and CUDA's when there is a GPU), in types that
+    `torch.load(weights_only=True)` reads."""
+    name, key, pos, has_gauss, gauss = np.random.get_state()
+    states = {"python": random.getstate(), "numpy": (name, key.tolist(), pos, has_gauss, gauss)}
+    states["torch"] = torch.get_rng_state()
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict):
+    random.setstate(states["python"])
+    name, key, *rest = states["numpy"]
+    np.random.set_state((name, np.array(key, dtype=np.uint32), *rest))
+    torch.set_rng_state(states["torch"].cpu())
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([state.cpu() for state in states["cuda"]])
+
+
+# Flags that steer a run without changing what it learns: a resumed run may set them anew.
+RUN_CONTROL_ARGS = frozenset(
+    "exp_name cuda track wandb_project_name wandb_entity capture_video save_model eval_checkpoint resume "
+    "checkpoint_interval n_workers total_timesteps eval_interval n_eval_episodes log_interval".split()
+)
+
+
+def check_resume(args: Args, checkpoint: dict):
+    """Refuses, with one line, a checkpoint that cannot go on under `args`: one without training state, one whose
+    algorithm arguments differ (the total steps count as one with --linear-lr-decay, which they schedule), or one
+    that has already reached --total-timesteps."""
+    if "progress" not in checkpoint:
+        raise SystemExit(f"error: {args.resume} holds a model only; --resume takes the checkpoint.pt of a run folder")
+    run_control = RUN_CONTROL_ARGS - ({"total_timesteps"} if args.linear_lr_decay else set())
+    saved = checkpoint["args"]
+    differing = [
+        f"--{name.replace('_', '-')} ({saved.get(name)!r} there, {value!r} here)"
+        for name, value in vars(args).items()
+        if name not in run_control and saved.get(name, value) != value
+    ]
+    if differing:
+        raise SystemExit(f"error: {args.resume} was trained with other settings: {', '.join(differing)}")
+    if checkpoint["global_step"] + args.episode_length * args.n_rollout_threads > args.total_timesteps:
+        raise SystemExit(
+            f"error: {args.resume} is at step {checkpoint['global_step']:,} already; "
+            f"give a larger --total-timesteps than {args.total_timesteps:,} to go on"
+        )
+
+
 # ----------------------------------------------------------------------------------------------------
 # Training
 # ----------------------------------------------------------------------------------------------------
@@ -815,7 +894,11 @@ def range_errors(args) -> list[str]:
     """One message per numeric flag outside the values it can work with; flags a script does not have are skipped."""
     counts = "n_rollout_threads n_agents max_cycles episode_length ppo_epoch num_mini_batch hidden_size n_block n_embd"
     rules = [  # (valid values, the test, the flags it applies to); NaN fails every test
-        ("at least 1", lambda v: v >= 1, f"{counts} n_head eval_interval n_eval_episodes log_interval"),
+        (
+            "at least 1",
+            lambda v: v >= 1,
+            f"{counts} n_head eval_interval n_eval_episodes log_interval checkpoint_interval",
+        ),
         ("at least 0", lambda v: v >= 0, "seed n_workers ent_coef vf_coef"),
         ("positive", lambda v: v > 0, "lr clip max_grad_norm huber_delta"),
         ("between 0 and 1", lambda v: 0 <= v <= 1, "gamma gae_lambda"),
@@ -833,6 +916,10 @@ def check_args(args: Args):
     range (`range_errors`), then combinations."""
     batch = args.episode_length * args.n_rollout_threads
     problems = [
+        (
+            args.resume is not None and args.eval_checkpoint is not None,
+            "--resume and --eval-checkpoint exclude each other: one trains on, the other only evaluates",
+        ),
         (
             args.env_id != "simple_spread_v3"
             and (args.num_agent_neighbors is not None or args.num_landmark_neighbors is not None),
@@ -921,10 +1008,52 @@ class EpisodeReturns:
         return ended
 
 
-def start_logging(run_name: str, args: Args):
-    """A TensorBoard writer for `runs/{run_name}` with a table of the arguments; mirrored to wandb with --track."""
+@dataclass
+class Progress:
+    """Where a training run is; a training checkpoint keeps it, so that a resumed run goes on from there."""
+
+    iteration: int  # iterations done
+    global_step: int
+    next_step: dict  # the env step at which "log", "eval" and "checkpoint" are next due
+    best_eval: float = -np.inf
+    eval_return: float = float("nan")  # the latest evaluation's
+
+    def due(self, event: str, interval: int) -> bool:
+        """Whether `event` is due at the current step; if it is, it is next due `interval` steps later."""
+        if self.global_step < self.next_step[event]:
+            return False
+        self.next_step[event] += interval
+        return True
+
+
+def training_state(progress: Progress, buffer: RolloutBuffer, envs: VecEnv, episode_returns: EpisodeReturns) -> dict:
+    """What a training checkpoint holds besides the model, taken between iterations: enough to go on exactly as the
+    run would have (`resume_training`). The buffer holds the next rollout's first input (and, in a recurrent
+    script, the hidden states it starts from)."""
+    return {
+        "progress": dataclasses.asdict(progress),
+        "buffer": vars(buffer),
+        "episode_returns": torch.from_numpy(episode_returns.running),  # of the episodes under way
+        "env_states": envs.get_states(),
+        "rng_states": rng_states(),
+    }
+
+
+def resume_training(checkpoint: dict, buffer: RolloutBuffer, envs: VecEnv, episode_returns: EpisodeReturns):
+    """Puts back what `training_state` took; returns the run's `Progress`."""
+    vars(buffer).update(checkpoint["buffer"])
+    episode_returns.running = checkpoint["episode_returns"].cpu().numpy()
+    envs.set_states(checkpoint["env_states"])
+    set_rng_states(checkpoint["rng_states"])
+    return Progress(**checkpoint["progress"])
+
+
+def start_logging(run_dir: str, args: Args, resumed_step: int | None):
+    """A TensorBoard writer for `run_dir` with a table of the arguments; mirrored to wandb with --track. A resumed
+    run appends to its folder (and wandb run), hiding what the stopped run logged after `resumed_step`."""
     from torch.utils.tensorboard import SummaryWriter
 
+    run_name = os.path.basename(run_dir)
     if args.track:
         import wandb
 
@@ -934,9 +1063,13 @@ def start_logging(run_name: str, args: Args):
             sync_tensorboard=True,
             config=vars(args),
             name=run_name,
+            id=run_name,
+            resume="allow",
             save_code=True,
         )
-    writer = SummaryWriter(f"runs/{run_name}")
+    if resumed_step is not None:
+        return SummaryWriter(run_dir, purge_step=resumed_step + 1)
+    writer = SummaryWriter(run_dir)
     table = "\n".join(f"|{k}|{v}|" for k, v in vars(args).items())
     writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
     return writer
@@ -1005,7 +1138,13 @@ def main(args: Args) -> dict:
         run_evaluation_only(args, device)
         return {}
 
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_dir = f"runs/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    checkpoint, resumed_step = None, None
+    if args.resume:
+        checkpoint = load_checkpoint(args.resume, device)
+        check_resume(args, checkpoint)  # before any env worker starts
+        run_dir, resumed_step = os.path.dirname(os.path.abspath(args.resume)), checkpoint["global_step"]
+    run_name = os.path.basename(run_dir)
     T, n_envs = args.episode_length, args.n_rollout_threads
     num_iterations = args.total_timesteps // (T * n_envs)
     scenario, eval_seed = scenario_kwargs(args), args.seed + 100_000  # evaluation never replays training episodes
@@ -1016,18 +1155,23 @@ def main(args: Args) -> dict:
         StopRequest() as stop,
         VecEnv(args.env_id, scenario, n_envs, args.n_workers, args.seed, "training") as envs,
         VecEnv(args.env_id, scenario, args.n_eval_episodes, args.n_workers, eval_seed, "evaluation") as eval_envs,
-        start_logging(run_name, args) as writer,
+        start_logging(run_dir, args, resumed_step) as writer,
         torch_threads(1),
     ):
         agent, value_norm, optimizer = build_agent(envs.spec, args, device)
         buffer = RolloutBuffer(T, n_envs, envs.spec, device)
-        obs, state = envs.reset()
-        buffer.obs[0], buffer.state[0] = torch.from_numpy(obs), torch.from_numpy(state)
         episode_returns = EpisodeReturns(n_envs, len(envs.spec.agents))
-        best_eval, eval_return = -np.inf, float("nan")
-        global_step, start_time, next_log, next_eval = 0, time.time(), args.log_interval, 0
+        if checkpoint is None:
+            obs, state = envs.reset()
+            buffer.obs[0], buffer.state[0] = torch.from_numpy(obs), torch.from_numpy(state)
+            next_step = {"log": args.log_interval, "eval": 0, "checkpoint": args.checkpoint_interval}
+            progress = Progress(iteration=0, global_step=0, next_step=next_step)
+        else:
+            restore(checkpoint, agent, value_norm, optimizer, args.resume)
+            progress = resume_training(checkpoint, buffer, envs, episode_returns)
+        start_time, start_step = time.time(), progress.global_step
 
-        for iteration in range(1, num_iterations + 1):
+        for iteration in range(progress.iteration + 1, num_iterations + 1):
             if args.linear_lr_decay:
                 optimizer.param_groups[0]["lr"] = args.lr * (1.0 - (iteration - 1.0) / num_iterations)
 
@@ -1036,7 +1180,7 @@ def main(args: Args) -> dict:
                 for t in range(T):
                     actions, logprobs = agent.act(buffer.obs[t])
                     step = envs.step(actions.cpu().numpy())
-                    global_step += n_envs
+                    progress.global_step += n_envs
                     rewards = torch.from_numpy(step.rewards).to(device)
                     if args.team_reward:  # every agent learns from the team's mean reward
                         rewards = rewards.mean(dim=1, keepdim=True).expand_as(rewards)
@@ -1060,9 +1204,11 @@ def main(args: Args) -> dict:
                 losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
             losses["explained_variance"] = explained_variance(buffer.values[:-1], returns)
             buffer.start_next_rollout()
+            progress.iteration = iteration
+            global_step = progress.global_step
 
             # 4. Log the iteration
-            sps = int(global_step / (time.time() - start_time))
+            sps = int((global_step - start_step) / (time.time() - start_time))
             ended_returns = episode_returns.pop()  # (n_episodes, n_agents) of the episodes this rollout ended
             lr = optimizer.param_groups[0]["lr"]
             log_iteration(writer, global_step, sps, lr, losses, ended_returns, envs.spec.agents)
@@ -1070,36 +1216,40 @@ def main(args: Args) -> dict:
             # 5. Evaluate the greedy policy, keeping the best model
             eval_envs.check_workers()  # a dead evaluation worker ends the run now, not at the next evaluation
             last = iteration == num_iterations
-            if global_step >= next_eval or last:
-                next_eval += args.eval_interval
-                eval_return = evaluate(agent, eval_envs, device).mean()
-                writer.add_scalar("eval/episodic_return", eval_return, global_step)
-                if eval_return > best_eval:
-                    best_eval = eval_return
+            if progress.due("eval", args.eval_interval) or last:
+                progress.eval_return = float(evaluate(agent, eval_envs, device).mean())
+                writer.add_scalar("eval/episodic_return", progress.eval_return, global_step)
+                if progress.eval_return > progress.best_eval:
+                    progress.best_eval = progress.eval_return
                     if args.save_model:
-                        path = f"runs/{run_name}/best_model.pt"
-                        save_checkpoint(path, agent, value_norm, optimizer, args, global_step)
+                        save_checkpoint(f"{run_dir}/best_model.pt", agent, value_norm, optimizer, args, global_step)
                 if args.capture_video:
                     frames = record_episode(agent, args, device, eval_seed)
                     log_video(frames, f"videos/{run_name}/eval_{global_step}.mp4", writer, global_step)
 
-            if global_step >= next_log or last:
-                next_log += args.log_interval
+            if progress.due("log", args.log_interval) or last:
                 train_return = ended_returns.mean() if len(ended_returns) else float("nan")
-                print(progress_line(global_step, num_iterations * T * n_envs, sps, train_return, eval_return, losses))
+                total_steps = num_iterations * T * n_envs
+                print(progress_line(global_step, total_steps, sps, train_return, progress.eval_return, losses))
+
+            # 6. A training checkpoint to resume from
+            if progress.due("checkpoint", args.checkpoint_interval) or last or stop.signal is not None:
+                training = training_state(progress, buffer, envs, episode_returns)
+                save_checkpoint(f"{run_dir}/checkpoint.pt", agent, value_norm, optimizer, args, global_step, **training)
             if stop.signal is not None:
                 break
 
         if args.save_model:
-            save_checkpoint(f"runs/{run_name}/model.pt", agent, value_norm, optimizer, args, global_step)
-    summary = f"run in runs/{run_name}"
+            save_checkpoint(f"{run_dir}/model.pt", agent, value_norm, optimizer, args, global_step)
+    summary = f"run in {run_dir}, with checkpoint.pt"
     if args.save_model:
-        summary += f", with model.pt and best_model.pt (best eval {best_eval:.3f})"
+        summary += f", model.pt and best_model.pt (best eval {progress.best_eval:.3f})"
     if stop.signal is not None:
-        print(f"stopped by {signal.Signals(stop.signal).name} at step {global_step:,}; {summary}")
+        how = f"stopped by {signal.Signals(stop.signal).name} at step {global_step:,}"
+        print(f"{how}; {summary}; to go on, add --resume {run_dir}/checkpoint.pt")
         raise SystemExit(128 + stop.signal)
     print(summary)
-    return {"run_name": run_name, "losses": losses, "best_eval": best_eval, "global_step": global_step}
+    return {"run_name": run_name, "losses": losses, "best_eval": progress.best_eval, "global_step": global_step}
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@ import sys
 import time
 
 import pytest
+import torch
+import tyro
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -91,8 +94,8 @@ def assert_stops_cleanly(stop_script, cwd):
     assert code == 130 and err == "", err[-2000:]
     (last,) = [line for line in out.splitlines() if not line.startswith("step")]
     (run_name,) = os.listdir(cwd / "runs")
-    assert last.startswith("stopped by SIGINT at step ") and f"runs/{run_name}, with model.pt" in last
-    assert os.path.exists(cwd / "runs" / run_name / "model.pt")
+    assert last.startswith("stopped by SIGINT at step ") and f"runs/{run_name}, with checkpoint.pt, model.pt" in last
+    assert {"checkpoint.pt", "model.pt"} <= set(os.listdir(cwd / "runs" / run_name))
     code, out, err = stop_script(cwd, "kill-worker", *STOP_FLAGS)
     assert code == 1 and err.strip() == "error: training env worker 0 died (exit code -9)", err[-2000:]
 
@@ -118,3 +121,78 @@ def save_then_test_mode(run_script, cwd, *train_flags) -> tuple[str, subprocess.
     (video,) = os.listdir(cwd / "videos" / run_name)
     assert video == "test_200.mp4" and os.path.getsize(cwd / "videos" / run_name / video) > 1000
     return run_name, result
+
+
+RESUME_FLAGS = ["--n-rollout-threads", "4", "--n-eval-episodes", "2", "--ppo-epoch", "2"]
+RESUME_FLAGS += ["--eval-interval", "500", "--log-interval", "500", "--checkpoint-interval", "1000"]
+
+
+def logged_scalars(run_dir) -> dict:
+    """Every scalar a run folder's event files hold but the speed: {tag: [(step, value), ...]}."""
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    tags = [tag for tag in events.Tags()["scalars"] if tag != "charts/SPS"]
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in tags}
+
+
+def assert_resume_is_exact(run_script, cwd, *flags):
+    """2,000 steps straight, and 1,000 steps then --resume to 2,000, end with bit-identical parameters and log the
+    same losses, returns and evaluations at every step (the resumed run appends to its run folder)."""
+    for name in ("straight", "halves"):
+        (cwd / name).mkdir()
+    run_script(cwd / "straight", "--total-timesteps", "2000", *RESUME_FLAGS, *flags)
+    run_script(cwd / "halves", "--total-timesteps", "1000", *RESUME_FLAGS, *flags)
+    ((straight,), (halves,)) = ([d for d in (cwd / name / "runs").iterdir()] for name in ("straight", "halves"))
+    resumed = run_script(cwd, "--total-timesteps", "2000", *RESUME_FLAGS, *flags, "--resume", f"{halves}/checkpoint.pt")
+    assert f"run in {halves}, with checkpoint.pt" in resumed.stdout
+    assert "step     2,000/2,000" in resumed.stdout and "step     1,000" not in resumed.stdout
+    first, second = (torch.load(d / "checkpoint.pt", weights_only=True) for d in (straight, halves))
+    assert first["global_step"] == second["global_step"] == 2000
+    assert first["agent"].keys() == second["agent"].keys()
+    assert all(torch.equal(first["agent"][k], second["agent"][k]) for k in first["agent"])
+    assert first["optimizer"]["state"].keys() == second["optimizer"]["state"].keys()
+    logged = logged_scalars(straight)
+    assert {"losses/policy_loss", "losses/value_loss", "eval/episodic_return"} <= logged.keys()
+    assert logged["losses/policy_loss"][-1][0] == 2000 and logged == logged_scalars(halves)
+
+
+def assert_sigterm_checkpoint_resumes(stop_script, run_script, cwd):
+    """SIGTERM ends a run with a checkpoint that a later call resumes in the same run folder."""
+    code, out, err = stop_script(cwd, "SIGTERM", *STOP_FLAGS)
+    assert code == 143 and err == "", err[-2000:]
+    (run_dir,) = (cwd / "runs").iterdir()
+    last = out.splitlines()[-1]
+    assert last.startswith("stopped by SIGTERM at step ") and f"runs/{run_dir.name}, with checkpoint.pt" in last
+    step = int(last.split(" at step ")[1].split(";")[0].replace(",", ""))
+    saved = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    assert saved["global_step"] == step and saved["progress"]["global_step"] == step
+    resumed = run_script(cwd, *STOP_FLAGS, "--total-timesteps", str(step + 200), "--resume", f"{run_dir}/checkpoint.pt")
+    assert f"step {step + 200:>9,}/{step + 200:,}" in resumed.stdout, resumed.stdout
+    assert os.listdir(cwd / "runs") == [run_dir.name]
+    assert logged_scalars(run_dir)["losses/policy_loss"][-1][0] == step + 200
+
+
+def assert_bad_resumes_are_refused(run_script, cwd, module):
+    """A model-only file, changed algorithm arguments, a finished run and another script's checkpoint are each
+    refused with one line by `module.main`, before any env worker starts."""
+    run_script(cwd, *TINY, "--save-model")
+    (run_dir,) = (cwd / "runs").iterdir()
+    checkpoint = f"{run_dir}/checkpoint.pt"
+    saved = torch.load(checkpoint, weights_only=True)
+    other = "mat_mpe.py" if saved["script"] != "mat_mpe.py" else "mappo_mpe.py"
+    torch.save({**saved, "script": other}, cwd / "other.pt")
+    changed = ["--total-timesteps", "400", "--gamma", "0.9", "--ppo-epoch", "3"]
+    for flags, message in [
+        (["--resume", f"{run_dir}/model.pt"], "holds a model only"),
+        (
+            ["--resume", checkpoint, *changed],
+            "trained with other settings: --ppo-epoch (2 there, 3 here), --gamma (0.99 there, 0.9 here)",
+        ),
+        (["--resume", checkpoint], "is at step 200 already; give a larger --total-timesteps than 200"),
+        (["--resume", str(cwd / "other.pt")], f"is a {other} checkpoint, this is {saved['script']}"),
+        (["--resume", checkpoint, "--eval-checkpoint", checkpoint], "exclude each other"),
+    ]:
+        with pytest.raises(SystemExit) as refused:
+            module.main(tyro.cli(module.Args, args=[*TINY, *flags]))
+        assert str(refused.value).startswith("error: ") and message in str(refused.value), str(refused.value)
+        assert "\n" not in str(refused.value)

@@ -3,6 +3,7 @@
 import dataclasses
 import importlib
 import os
+import random
 import sys
 import time
 
@@ -14,7 +15,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 SCRIPT = "mappo_mpe.py"  # run end to end by the run_script fixture (conftest.py)
 
-from conftest import STOP_FLAGS, TINY, assert_one_line_error, assert_stops_cleanly, save_then_test_mode  # noqa: E402
+from conftest import (  # noqa: E402
+    STOP_FLAGS,
+    TINY,
+    assert_bad_resumes_are_refused,
+    assert_one_line_error,
+    assert_resume_is_exact,
+    assert_sigterm_checkpoint_resumes,
+    assert_stops_cleanly,
+    save_then_test_mode,
+)
 
 import mappo_mpe as m  # noqa: E402
 
@@ -337,7 +347,7 @@ def test_gaussian_padded_dimensions_change_nothing():
     assert actions.shape == (512, 2, 5) and torch.all(actions[:, 0, 3:] == 0) and torch.all(greedy[:, 0, 3:] == 0)
     torch.testing.assert_close(dist.log_prob(padded), logprobs, atol=0, rtol=0)
     torch.testing.assert_close(greedy[:, 1], dist.mean[:, 1], atol=0, rtol=0)
-    std = 0.5 * torch.sigmoid(agent.actor_std_logit)
+    std = torch.sigmoid(agent.actor_std_logit)
     for i, d in enumerate([3, 5]):
         own = torch.distributions.Normal(dist.mean[:, i, :d], std[i, :d])
         torch.testing.assert_close(logprobs[:, i], own.log_prob(actions[:, i, :d]).sum(-1), atol=1e-5, rtol=0)
@@ -349,7 +359,7 @@ def test_continuous_policy_starts_in_the_middle_of_the_box():
     agent = m.Agent(spec, m.Args())
     with torch.no_grad():
         dist = agent.get_dist(torch.randn(256, 3, 18))
-    assert (dist.mean - 0.5).abs().max() < 0.1 and torch.all(dist.stddev == 0.5 * torch.sigmoid(torch.tensor(1.0)))
+    assert (dist.mean - 0.5).abs().max() < 0.1 and torch.all(dist.stddev == torch.sigmoid(torch.tensor(2.0)))
     assert agent.actor_std_logit.shape == (1, 5)  # shared actor: one std per action dimension
 
 
@@ -549,6 +559,39 @@ def test_mpe2_envs_do_not_hold_a_drawing_surface_unless_they_render():
     assert m.make_env("simple_spread_v3", scenario(), render_mode="rgb_array").screen is not None
 
 
+@pytest.mark.parametrize("env_id,continuous", [("simple_spread_v3", False), ("simple_speaker_listener_v4", True)])
+def test_an_env_state_restored_elsewhere_goes_on_identically(env_id, continuous):
+    """Mid-episode, then through the truncation at step 25 and the reset that draws a new episode."""
+    kwargs = m.scenario_kwargs(m.Args(env_id=env_id, continuous_actions=continuous))
+    spec = m.get_env_spec(env_id, kwargs)
+    source, copy = m.make_env(env_id, kwargs), m.make_env(env_id, kwargs)
+    m.reset_env(source, spec.obs_dim, seed=3)
+    m.reset_env(copy, spec.obs_dim, seed=4)
+    rng = np.random.default_rng(0)
+    draw = lambda: rng.random((2, spec.action_dim)) if continuous else rng.integers(spec.avail_actions.sum(axis=1))  # noqa: E731
+    for _ in range(10):
+        m.step_env(source, draw(), spec.obs_dim)
+    m.set_env_state(copy, m.get_env_state(source))
+    for _ in range(40):
+        actions = draw()
+        outputs = [m.step_env(env, actions, spec.obs_dim) for env in (source, copy)]
+        for a, b in zip(*outputs):
+            np.testing.assert_array_equal(a, b)
+        if (outputs[0][3] | outputs[0][4]).all():
+            obs = [m.reset_env(env, spec.obs_dim)[0] for env in (source, copy)]
+            np.testing.assert_array_equal(*obs)
+
+
+def test_random_generator_states_survive_a_weights_only_checkpoint(tmp_path):
+    m.seed_everything(5, True)
+    torch.save(m.rng_states(), tmp_path / "rng.pt")
+    expected = (random.random(), np.random.rand(3), torch.rand(3))
+    m.seed_everything(6, True)
+    m.set_rng_states(torch.load(tmp_path / "rng.pt", weights_only=True))
+    again = (random.random(), np.random.rand(3), torch.rand(3))
+    assert again[0] == expected[0] and np.array_equal(again[1], expected[1]) and torch.equal(again[2], expected[2])
+
+
 def test_a_checkpoint_write_that_fails_leaves_the_previous_one_intact(tmp_path, monkeypatch):
     spec = env_spec()
     agent, value_norm, optimizer = m.build_agent(spec, m.Args(), torch.device("cpu"))
@@ -690,6 +733,19 @@ def test_sigterm_stops_like_ctrl_c(tmp_path, stop_script):
 
 def test_ctrl_c_and_a_killed_worker_end_the_run_with_one_line(tmp_path, stop_script):
     assert_stops_cleanly(stop_script, tmp_path)
+
+
+@pytest.mark.parametrize("flags", [[], ["--continuous-actions", "--episode-length", "10"]])
+def test_resume_goes_on_exactly_as_an_uninterrupted_run(tmp_path, run_script, flags):
+    assert_resume_is_exact(run_script, tmp_path, *flags)
+
+
+def test_sigterm_leaves_a_checkpoint_that_resumes(tmp_path, stop_script, run_script):
+    assert_sigterm_checkpoint_resumes(stop_script, run_script, tmp_path)
+
+
+def test_bad_resumes_are_refused_in_one_line(tmp_path, run_script):
+    assert_bad_resumes_are_refused(run_script, tmp_path, m)
 
 
 def test_script_reports_bad_input_in_one_line(tmp_path, run_script):

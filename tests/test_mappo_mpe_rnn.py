@@ -11,7 +11,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 SCRIPT = "mappo_mpe_rnn.py"  # run end to end by the run_script fixture (conftest.py)
 
-from conftest import TINY, assert_one_line_error, assert_stops_cleanly, save_then_test_mode  # noqa: E402
+from conftest import (  # noqa: E402
+    TINY,
+    assert_bad_resumes_are_refused,
+    assert_one_line_error,
+    assert_resume_is_exact,
+    assert_sigterm_checkpoint_resumes,
+    assert_stops_cleanly,
+    save_then_test_mode,
+)
 
 import mappo_mpe_rnn as m  # noqa: E402
 
@@ -322,6 +330,18 @@ def test_continuous_actions_save_model_then_test_mode_with_video(tmp_path, run_s
 
 def test_ctrl_c_and_a_killed_worker_end_the_run_with_one_line(tmp_path, stop_script):
     assert_stops_cleanly(stop_script, tmp_path)
+
+
+def test_resume_goes_on_exactly_as_an_uninterrupted_run(tmp_path, run_script):
+    assert_resume_is_exact(run_script, tmp_path)
+
+
+def test_sigterm_leaves_a_checkpoint_that_resumes(tmp_path, stop_script, run_script):
+    assert_sigterm_checkpoint_resumes(stop_script, run_script, tmp_path)
+
+
+def test_bad_resumes_are_refused_in_one_line(tmp_path, run_script):
+    assert_bad_resumes_are_refused(run_script, tmp_path, m)
 
 
 def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
