@@ -12,6 +12,8 @@
 #   bash benchmark.sh ALGO env-rate   # single-process env steps/s: mpe2's parallel_env (+ state()) vs step_env (~2 min)
 #   bash benchmark.sh ALGO official-task  # spread, 500k steps, on the task of the official codes' MPE copy
 #   bash benchmark.sh ALGO resume     # spread 600k straight, and stopped by SIGTERM at 300k then resumed: equal?
+#   bash benchmark.sh ALGO sweep      # the settings screen: spread, 500k steps per setting, JOBS (2) side by side
+# SEED (1) and PRESET (official; or tuned) choose the seed and the --preset of the learning runs.
 # ALGO is mappo (mappo_mpe.py), rnn (mappo_mpe_rnn.py), mat (mat_mpe.py) or mat_ep (mat_mpe_ep_critic.py). Runs go to bench/runs (TensorBoard) and
 # bench/ALGO_*.log; every run ends with a table of its returns.
 set -euo pipefail
@@ -20,12 +22,13 @@ mkdir -p "$here/bench"
 cd "$here/bench"
 export SDL_VIDEODRIVER=dummy
 seed="${SEED:-1}"
+preset="${PRESET:-official}"
 algo="${1:-}"
 case "$algo" in
   mappo|mat) script="../${algo}_mpe.py" ;;
   rnn) script="../mappo_mpe_rnn.py" ;;
   mat_ep) script="../mat_mpe_ep_critic.py" ;;
-  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume, bash benchmark.sh mat acting|critic"; exit 2 ;;
+  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume|sweep, bash benchmark.sh mat acting|critic"; exit 2 ;;
 esac
 
 raw_env_rate() {  # single-process random-action env steps per second of scenario $1, stepped as $2: "mpe2",
@@ -94,10 +97,11 @@ for mark in [m for m in marks if m <= train[-1][0] + 1]:
 PY
 }
 
-train() {  # name, flags...
+train() {  # name, flags...: one run, logged to bench/ALGO_NAME[_PRESET]_seedSEED.log
   local name="${algo}_$1"; shift
-  python "$script" --exp-name "$name" --seed "$seed" "$@" 2>&1 | tee "$name.log"
-  curve "__${name}__" | tee -a "$name.log"
+  [ "$preset" = official ] || name+="_$preset"
+  python "$script" --exp-name "$name" --seed "$seed" --preset "$preset" "$@" 2>&1 | tee "${name}_seed$seed.log"
+  curve "__${name}__${seed}__" | tee -a "${name}_seed$seed.log"
 }
 
 acting_time() {  # milliseconds per acting call for 32 envs of simple_spread_v3 with N agents
@@ -226,6 +230,66 @@ runpy.run_path(script, run_name="__main__")
 PY
 }
 
+sweep_configs() {  # the settings screened by `sweep`, one "name: flags" per line, flags changed from the official
+  # spread settings. Most entries change one knob from g95e3 (gamma 0.95, entropy 0.003), an earlier probe's best.
+  local base="--gamma 0.95 --ent-coef 0.003"
+  echo "official:"
+  echo "g95e3: $base"
+  echo "g90e3: --gamma 0.9 --ent-coef 0.003"
+  echo "g95e3-threads16: $base --n-rollout-threads 16"
+  echo "g95e3-minibatch2: $base --num-mini-batch 2"
+  echo "g95e3-lr1e-3-decay: $base --lr 1e-3 --linear-lr-decay"
+  echo "g95e3-lambda0.9: $base --gae-lambda 0.9"
+  echo "g95e3-epoch5: $base --ppo-epoch 5"
+  echo "g95e3-epoch15: $base --ppo-epoch 15"
+  echo "g95e3-individual: $base --no-team-reward"
+  if [ "$algo" = mat ] || [ "$algo" = mat_ep ]; then
+    echo "g95e3-clip0.1: $base --clip 0.1"
+    echo "g95e3-clip0.2: $base --clip 0.2"
+    echo "g95e3-embd128: $base --n-embd 128"
+    echo "g95e3-block2: $base --n-block 2"
+  else
+    echo "g95e3-hidden128: $base --hidden-size 128"
+    echo "g95e3-clip0.1: $base --clip 0.1"
+    echo "g95e3-relu: $base --activation relu"
+  fi
+  echo "g95: --gamma 0.95"
+  echo "e3: --ent-coef 0.003"
+}
+
+sweep() {  # trains every setting of sweep_configs for 500k steps, JOBS at a time, skipping those already done
+  local jobs="${JOBS:-2}" name flags
+  while IFS=: read -r name flags; do
+    grep -q "^run in " "${algo}_sweep_${name}_seed$seed.log" 2>/dev/null && continue
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+    # shellcheck disable=SC2086  # flags are words
+    train "sweep_$name" --total-timesteps 500000 $flags > /dev/null &
+  done < <(sweep_configs)
+  wait
+  python - "$algo" "$(sweep_configs)" <<'PY'
+import glob, os, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+algo, configs = sys.argv[1:]
+print("| setting | flags (over the official spread settings) | 250k: train / eval | 500k: train / eval | SPS |")
+print("|---|---|---|---|---|")
+for line in configs.splitlines():
+    name, flags = line.split(":", 1)
+    runs = glob.glob(f"runs/*__{algo}_sweep_{name}__*")
+    if not runs:
+        continue
+    events = EventAccumulator(max(runs, key=os.path.getmtime), size_guidance={"scalars": 0})
+    events.Reload()
+    train = [(e.step, e.value) for e in events.Scalars("charts/episodic_return")]
+    evals = [(e.step, e.value) for e in events.Scalars("eval/episodic_return")]
+    cells = []
+    for mark in (250_000, 500_000):
+        last = [v for s, v in train if s <= mark][-10:]
+        cells.append(f"{sum(last) / len(last):.2f} / {[v for s, v in evals if s <= mark][-1]:.2f}")
+    sps = events.Scalars("charts/SPS")[-1].value
+    print(f"| {name} | {f'`{flags.strip()}`' if flags.strip() else 'none'} | {cells[0]} | {cells[1]} | {sps:.0f} |")
+PY
+}
+
 listener_flags=(--env-id simple_speaker_listener_v4 --ppo-epoch 15)
 reference_flags=(--env-id simple_reference_v3 --ppo-epoch 15 --total-timesteps 3000000)
 if [ "$algo" = mappo ] || [ "$algo" = rnn ]; then  # as the official MAPPO runs these two: relu (its spread runs use tanh)
@@ -264,11 +328,12 @@ case "${2:-}" in
   listener-continuous) train listener_continuous "${listener_flags[@]}" --continuous-actions ;;
   reference) train reference "${reference_flags[@]}" ;;
   resume) stop_and_resume 2>&1 | tee "${algo}_resume.log" ;;
+  sweep) sweep | tee "${algo}_sweep.log" ;;
   official-task)
     official_task 2>&1 | tee "${algo}_official_task.log"
     curve "__${algo}_official_task__" | tee -a "${algo}_official_task.log"
     ;;
   acting) [ "$algo" = mat ] && acting_time | tee mat_acting.log ;;
   critic) [ "$algo" = mat ] && critic_time | tee mat_critic.log ;;
-  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume, bash benchmark.sh mat acting|critic"; exit 2 ;;
+  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume|sweep, bash benchmark.sh mat acting|critic"; exit 2 ;;
 esac

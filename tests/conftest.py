@@ -8,7 +8,6 @@ import time
 
 import pytest
 import torch
-import tyro
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -193,6 +192,6 @@ def assert_bad_resumes_are_refused(run_script, cwd, module):
         (["--resume", checkpoint, "--eval-checkpoint", checkpoint], "exclude each other"),
     ]:
         with pytest.raises(SystemExit) as refused:
-            module.main(tyro.cli(module.Args, args=[*TINY, *flags]))
+            module.main(module.parse_args([*TINY, *flags]))
         assert str(refused.value).startswith("error: ") and message in str(refused.value), str(refused.value)
         assert "\n" not in str(refused.value)

@@ -6,6 +6,7 @@ import os
 import random
 import sys
 import time
+import typing
 
 import numpy as np
 import pytest
@@ -662,6 +663,24 @@ def test_checkpoint_from_another_model_is_a_one_line_error(tmp_path):
 def test_impossible_settings_are_rejected(overrides, message):
     with pytest.raises(SystemExit, match=message):
         m.check_args(tiny_args(**overrides))
+
+
+@pytest.mark.parametrize("script", ["mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"])
+def test_presets_apply_under_the_flags_given(script):
+    """`--preset` with `--env-id` starts from that preset's settings for that scenario (in either order and flag
+    form), flags given win over them, no flags give the official spread settings (Args' defaults), and every
+    preset covers every scenario and passes check_args."""
+    module = importlib.import_module(script)
+    assert module.parse_args([]) == module.Args()
+    for preset, scenarios in module.PRESETS.items():
+        assert scenarios.keys() == set(typing.get_args(module.Args.__annotations__["env_id"])), preset
+        for env_id, changes in scenarios.items():
+            for argv in (["--preset", preset, "--env-id", env_id], [f"--env-id={env_id}", f"--preset={preset}"]):
+                args = module.parse_args(argv)
+                assert args == dataclasses.replace(module.Args(), preset=preset, env_id=env_id, **changes), argv
+                module.check_args(args)
+            given = module.parse_args(["--preset", preset, "--env-id", env_id, "--ppo-epoch", "3", "--gamma", "0.5"])
+            assert (given.ppo_epoch, given.gamma, given.preset, given.env_id) == (3, 0.5, preset, env_id)
 
 
 @pytest.mark.parametrize("script", ["mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"])
