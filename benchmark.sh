@@ -243,14 +243,13 @@ sweep_configs() {  # the settings screened by `sweep`, one "name: flags" per lin
   echo "g95e3-epoch5: $base --ppo-epoch 5"
   echo "g95e3-epoch15: $base --ppo-epoch 15"
   echo "g95e3-individual: $base --no-team-reward"
+  echo "g95e3-clip0.1: $base --clip 0.1"
   if [ "$algo" = mat ] || [ "$algo" = mat_ep ]; then
-    echo "g95e3-clip0.1: $base --clip 0.1"
     echo "g95e3-clip0.2: $base --clip 0.2"
     echo "g95e3-embd128: $base --n-embd 128"
     echo "g95e3-block2: $base --n-block 2"
   else
     echo "g95e3-hidden128: $base --hidden-size 128"
-    echo "g95e3-clip0.1: $base --clip 0.1"
     echo "g95e3-relu: $base --activation relu"
   fi
   echo "g95: --gamma 0.95"
@@ -258,7 +257,7 @@ sweep_configs() {  # the settings screened by `sweep`, one "name: flags" per lin
 }
 
 sweep() {  # trains every setting of sweep_configs for 500k steps, JOBS at a time, skipping those already done
-  local jobs="${JOBS:-2}" name flags
+  local jobs="${JOBS:-2}" preset=official name flags  # the flags are changes from the official settings
   while IFS=: read -r name flags; do
     grep -q "^run in " "${algo}_sweep_${name}_seed$seed.log" 2>/dev/null && continue
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
@@ -266,18 +265,19 @@ sweep() {  # trains every setting of sweep_configs for 500k steps, JOBS at a tim
     train "sweep_$name" --total-timesteps 500000 $flags > /dev/null &
   done < <(sweep_configs)
   wait
-  python - "$algo" "$(sweep_configs)" <<'PY'
+  python - "$algo" "$seed" "$(sweep_configs)" <<'PY'
 import glob, os, sys
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-algo, configs = sys.argv[1:]
-print("| setting | flags (over the official spread settings) | 250k: train / eval | 500k: train / eval | SPS |")
+algo, seed, configs = sys.argv[1:]
+print("| setting | flags (over the official spread settings) | 250k: train / eval | 500k: train / eval | entropy at 500k |")
 print("|---|---|---|---|---|")
 for line in configs.splitlines():
     name, flags = line.split(":", 1)
-    runs = glob.glob(f"runs/*__{algo}_sweep_{name}__*")
-    if not runs:
+    log = f"{algo}_sweep_{name}_seed{seed}.log"
+    if not os.path.exists(log) or "\nrun in " not in open(log).read():  # not run, or stopped before the end
         continue
-    events = EventAccumulator(max(runs, key=os.path.getmtime), size_guidance={"scalars": 0})
+    run = max(glob.glob(f"runs/*__{algo}_sweep_{name}__{seed}__*"), key=os.path.getmtime)
+    events = EventAccumulator(run, size_guidance={"scalars": 0})
     events.Reload()
     train = [(e.step, e.value) for e in events.Scalars("charts/episodic_return")]
     evals = [(e.step, e.value) for e in events.Scalars("eval/episodic_return")]
@@ -285,8 +285,8 @@ for line in configs.splitlines():
     for mark in (250_000, 500_000):
         last = [v for s, v in train if s <= mark][-10:]
         cells.append(f"{sum(last) / len(last):.2f} / {[v for s, v in evals if s <= mark][-1]:.2f}")
-    sps = events.Scalars("charts/SPS")[-1].value
-    print(f"| {name} | {f'`{flags.strip()}`' if flags.strip() else 'none'} | {cells[0]} | {cells[1]} | {sps:.0f} |")
+    entropy = events.Scalars("losses/entropy")[-1].value
+    print(f"| {name} | {f'`{flags.strip()}`' if flags.strip() else 'none'} | {cells[0]} | {cells[1]} | {entropy:.2f} |")
 PY
 }
 
