@@ -146,7 +146,7 @@ class Args:
 PRESETS = {
     "official": {"simple_spread_v3": {}, "simple_speaker_listener_v4": {}, "simple_reference_v3": {}},
     "tuned": {
-        "simple_spread_v3": {},
+        "simple_spread_v3": {"gamma": 0.9},
         "simple_speaker_listener_v4": {"ppo_epoch": 15},
         "simple_reference_v3": {"ppo_epoch": 15},
     },
