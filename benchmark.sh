@@ -13,7 +13,12 @@
 #   bash benchmark.sh ALGO official-task  # spread, 500k steps, on the task of the official codes' MPE copy
 #   bash benchmark.sh ALGO resume     # spread 600k straight, and stopped by SIGTERM at 300k then resumed: equal?
 #   bash benchmark.sh ALGO sweep      # the settings screen: spread, 500k steps per setting, JOBS (2) side by side
-# SEED (1) and PRESET (official; or tuned) choose the seed and the --preset of the learning runs.
+#   bash benchmark.sh grid [OPTIONS]  # scripts x scenarios x seeds with --preset tuned, then plots and a table
+#   bash benchmark.sh --print-commands [OPTIONS]  # the grid's training commands, one per line, nothing else
+# Grid OPTIONS: --budget full|quick (full: the official budgets, spread 20M, speaker-listener 2M, reference 3M env
+# steps; quick: 4 scripts x 3 scenarios x 2 seeds in about 150 minutes on a 2-core CPU), --seeds N (3),
+# --jobs N (runs side by side, 2), --scripts "mappo rnn mat mat_ep", --scenarios "spread listener reference".
+# SEED (1) and PRESET (official; or tuned) choose the seed and the --preset of the learning runs of the other modes.
 # ALGO is mappo (mappo_mpe.py), rnn (mappo_mpe_rnn.py), mat (mat_mpe.py) or mat_ep (mat_mpe_ep_critic.py). Runs go to bench/runs (TensorBoard) and
 # bench/ALGO_*.log; every run ends with a table of its returns.
 set -euo pipefail
@@ -23,22 +28,31 @@ cd "$here/bench"
 export SDL_VIDEODRIVER=dummy
 seed="${SEED:-1}"
 preset="${PRESET:-official}"
-algo="${1:-}"
-case "$algo" in
-  mappo|mat) script="../${algo}_mpe.py" ;;
-  rnn) script="../mappo_mpe_rnn.py" ;;
-  mat_ep) script="../mat_mpe_ep_critic.py" ;;
-  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume|sweep, bash benchmark.sh mat acting|critic"; exit 2 ;;
-esac
 
-raw_env_rate() {  # single-process random-action env steps per second of scenario $1, stepped as $2: "mpe2",
+script_of() {  # the script file of ALGO $1, or nothing
+  case "$1" in
+    mappo|mat) echo "${1}_mpe.py" ;;
+    rnn) echo "mappo_mpe_rnn.py" ;;
+    mat_ep) echo "mat_mpe_ep_critic.py" ;;
+  esac
+}
+
+algo="${1:-}"
+script="../$(script_of "$algo")"
+if [ "$script" = ../ ] && [ "$algo" != grid ] && [ "$algo" != --print-commands ]; then
+  echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume|sweep, bash benchmark.sh mat acting|critic, bash benchmark.sh grid|--print-commands [OPTIONS]"
+  exit 2
+fi
+
+raw_env_rate() {  # "RATE RETURN": single-process random-action env steps per second of scenario $1 and the
+  # random actions' mean episode return per agent (episodes of 25 steps that ended), stepped as $2: "mpe2",
   # mpe2's parallel_env with actions from action_space.sample(); "mpe2+state", the
   # same with state() after every step, what a MAPPO worker needs; "step_env", the scripts' own stepping of the
   # raw env (state included). The last two draw their actions alike, so their rates compare the stepping alone.
-  python - "$1" "$2" <<'PY'
+  python - "$1" "$2" "$here" <<'PY'
 import importlib, sys, time
 import numpy as np
-sys.path.insert(0, "..")
+sys.path.insert(0, sys.argv[3])
 from mappo_mpe import Args, get_env_spec, make_env, reset_env, scenario_kwargs, step_env
 env_id, how = sys.argv[1], sys.argv[2]
 scenario = scenario_kwargs(Args(env_id=env_id))
@@ -49,26 +63,34 @@ if how == "step_env":
     reset_env(env, spec.obs_dim, seed=0)
 
     def step():
-        *_, terminated, truncated = step_env(env, rng.integers(n_actions), spec.obs_dim)
-        if (terminated | truncated).all():
+        _, _, rewards, terminated, truncated = step_env(env, rng.integers(n_actions), spec.obs_dim)
+        ended = (terminated | truncated).all()
+        if ended:
             reset_env(env, spec.obs_dim)
+        return rewards, ended
 else:
     env = importlib.import_module(f"mpe2.{env_id}").parallel_env(max_cycles=25)
     env.reset(seed=0)
 
     def step():
         if how == "mpe2":
-            env.step({a: env.action_space(a).sample() for a in env.agents})
+            _, rewards, *_ = env.step({a: env.action_space(a).sample() for a in env.agents})
         else:
-            env.step(dict(zip(env.agents, rng.integers(n_actions).tolist())))
+            _, rewards, *_ = env.step(dict(zip(env.agents, rng.integers(n_actions).tolist())))
             env.state()
-        if not env.agents:
+        ended = not env.agents
+        if ended:
             env.reset()
-steps, start = 0, time.perf_counter()
+        return list(rewards.values()), ended
+steps, start, episode_return, ended_returns = 0, time.perf_counter(), 0.0, []
 while time.perf_counter() - start < 10.0:
-    step()
+    rewards, ended = step()
+    episode_return += np.mean(rewards)
+    if ended:
+        ended_returns.append(episode_return)
+        episode_return = 0.0
     steps += 1
-print(f"{steps / (time.perf_counter() - start):.0f}")
+print(f"{steps / (time.perf_counter() - start):.0f} {np.mean(ended_returns):.2f}")
 PY
 }
 
@@ -293,6 +315,96 @@ for line in configs.splitlines():
 PY
 }
 
+env_id_of() {  # the mpe2 env id of grid scenario $1, or nothing
+  case "$1" in
+    spread) echo simple_spread_v3 ;;
+    listener) echo simple_speaker_listener_v4 ;;
+    reference) echo simple_reference_v3 ;;
+  esac
+}
+
+grid_budget() {  # env steps per run of grid scenario $1 under budget $2
+  case "$2:$1" in
+    full:spread) echo 20000000 ;;
+    full:listener) echo 2000000 ;;
+    full:reference) echo 3000000 ;;
+    quick:spread) echo 800000 ;;
+    quick:listener) echo 500000 ;;
+    quick:reference) echo 500000 ;;
+  esac
+}
+
+grid_options() {  # reads the grid OPTIONS into budget, seeds, jobs, scripts and scenarios; one error line on bad input
+  budget=full seeds=3 jobs=2 scripts="mappo rnn mat mat_ep" scenarios="spread listener reference"
+  while [ $# -gt 0 ]; do
+    [ $# -ge 2 ] || { echo "error: $1 needs a value"; exit 1; }
+    case "$1" in
+      --budget) budget="$2" ;;
+      --seeds) seeds="$2" ;;
+      --jobs) jobs="$2" ;;
+      --scripts) scripts="$2" ;;
+      --scenarios) scenarios="$2" ;;
+      *) echo "error: unknown grid option $1 (options: --budget, --seeds, --jobs, --scripts, --scenarios)"; exit 1 ;;
+    esac
+    shift 2
+  done
+  [ "$budget" = full ] || [ "$budget" = quick ] || { echo "error: --budget must be full or quick, not $budget"; exit 1; }
+  [[ "$seeds" =~ ^[1-9][0-9]*$ ]] || { echo "error: --seeds must be a positive integer, not $seeds"; exit 1; }
+  [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "error: --jobs must be a positive integer, not $jobs"; exit 1; }
+  local name
+  for name in $scripts; do
+    [ -n "$(script_of "$name")" ] || { echo "error: unknown script $name (scripts: mappo rnn mat mat_ep)"; exit 1; }
+  done
+  for name in $scenarios; do
+    [ -n "$(env_id_of "$name")" ] || { echo "error: unknown scenario $name (scenarios: spread listener reference)"; exit 1; }
+  done
+  [ -n "$scripts" ] && [ -n "$scenarios" ] || { echo "error: --scripts and --scenarios need at least one name"; exit 1; }
+}
+
+grid_runs() {  # "SCENARIO ALGO SEED" per run of the grid, scenario by scenario, the seeds of a script together
+  local scenario name s
+  for scenario in $scenarios; do
+    for name in $scripts; do
+      for s in $(seq "$seeds"); do
+        echo "$scenario $name $s"
+      done
+    done
+  done
+}
+
+grid_command() {  # the training command of grid run $1 (scenario) $2 (ALGO) $3 (seed)
+  printf 'python %q --env-id %s --preset tuned --seed %s --total-timesteps %s\n' "$here/$(script_of "$2")" \
+    "$(env_id_of "$1")" "$3" "$(grid_budget "$1" "$budget")"
+}
+
+env_info() {  # JSON: each grid scenario's single-process random-action env step rate and random return per agent
+  local scenario rate random_return separator="{"
+  for scenario in $scenarios; do
+    read -r rate random_return <<< "$(raw_env_rate "$(env_id_of "$scenario")" mpe2)"
+    printf '%s"%s": {"steps_per_s": %s, "random_return": %s}' "$separator" "$(env_id_of "$scenario")" "$rate" \
+      "$random_return"
+    separator=", "
+  done
+  echo "}"
+}
+
+grid() {  # runs the grid in bench/grid_BUDGET, jobs at a time, skipping finished runs; then plots and a table
+  mkdir -p "grid_$budget/logs"
+  cd "grid_$budget"
+  env_info > env_info.json  # first, while the CPU is idle
+  local start=$SECONDS scenario name s run
+  while read -r scenario name s; do
+    run="$(env_id_of "$scenario")__$(basename "$(script_of "$name")" .py)__$s"  # the run folder's name, less its time
+    grep -q "^run in " "logs/$run.log" 2>/dev/null && continue
+    rm -rf runs/"${run}"__*  # the folder of an unfinished earlier try
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+    eval "$(grid_command "$scenario" "$name" "$s")" > "logs/$run.log" 2>&1 &
+  done < <(grid_runs)
+  wait
+  echo "grid of $(grid_runs | wc -l) runs, $jobs side by side: $(( (SECONDS - start) / 60 )) minutes"
+  python "$here/benchmark_plot.py" runs --env-info env_info.json --out .
+}
+
 listener_flags=(--env-id simple_speaker_listener_v4 --ppo-epoch 15)
 reference_flags=(--env-id simple_reference_v3 --ppo-epoch 15 --total-timesteps 3000000)
 if [ "$algo" = mappo ] || [ "$algo" = rnn ]; then  # as the official MAPPO runs these two: relu (its spread runs use tanh)
@@ -300,15 +412,24 @@ if [ "$algo" = mappo ] || [ "$algo" = rnn ]; then  # as the official MAPPO runs 
   reference_flags+=(--activation relu)
 fi
 
+case "$algo" in
+  grid) grid_options "${@:2}"; grid | tee "grid_$budget.log"; exit ;;
+  --print-commands)
+    grid_options "${@:2}"
+    grid_runs | while read -r scenario name s; do grid_command "$scenario" "$name" "$s"; done
+    exit
+    ;;
+esac
+
 case "${2:-}" in
   speed)
     log="${algo}_speed.log"
     read -r steal0 total0 <<< "$(cpu_times)"
-    before=$(raw_env_rate simple_spread_v3 mpe2)
+    read -r before _ <<< "$(raw_env_rate simple_spread_v3 mpe2)"
     python "$script" --exp-name "${algo}_speed" --n-rollout-threads 32 --total-timesteps 300000 --eval-interval 1000000 \
       2>&1 | tee "$log"
-    after=$(raw_env_rate simple_spread_v3 mpe2)
-    fast=$(raw_env_rate simple_spread_v3 step_env)
+    read -r after _ <<< "$(raw_env_rate simple_spread_v3 mpe2)"
+    read -r fast _ <<< "$(raw_env_rate simple_spread_v3 step_env)"
     read -r steal1 total1 <<< "$(cpu_times)"
     sps=$(grep -o 'SPS *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*')
     python -c "r = ($before + $after) / 2; print(f'raw env rate {r:.0f} steps/s (before {$before}, after {$after}); end-to-end SPS $sps; ratio {$sps / r:.2f}; raw rate of step_env {$fast} (ratio to it {$sps / $fast:.2f}); CPU time stolen by the host {100 * ($steal1 - $steal0) / ($total1 - $total0):.0f}%')" \
@@ -318,9 +439,9 @@ case "${2:-}" in
     echo "| scenario | mpe2 parallel_env | parallel_env + state() | step_env | step_env / (parallel_env + state()) |"
     echo "|---|---|---|---|---|"
     for env_id in simple_spread_v3 simple_reference_v3 simple_speaker_listener_v4; do
-      plain=$(raw_env_rate $env_id mpe2)
-      with_state=$(raw_env_rate $env_id mpe2+state)
-      fast=$(raw_env_rate $env_id step_env)
+      read -r plain _ <<< "$(raw_env_rate $env_id mpe2)"
+      read -r with_state _ <<< "$(raw_env_rate $env_id mpe2+state)"
+      read -r fast _ <<< "$(raw_env_rate $env_id step_env)"
       python -c "print(f'| $env_id | $plain | $with_state | $fast | {$fast / $with_state:.2f}x |')"
     done | tee env_rate.log
     ;;

@@ -1,0 +1,162 @@
+"""benchmark.sh's grid commands, and benchmark_plot.py on synthetic TensorBoard runs: the table's numbers, the
+curves' averaging and the figures."""
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from torch.utils.tensorboard import SummaryWriter
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import benchmark_plot as bp  # noqa: E402
+
+STEPS = np.arange(1, 31) * 800  # 30 logs, as 32 threads x 25 steps per iteration
+
+
+def write_run(runs_dir, env_id, exp_name, seed, returns, n_agents, sps, minutes_per_log):
+    """A run folder as the scripts write it, with the tags that benchmark_plot.py reads."""
+    writer = SummaryWriter(os.path.join(runs_dir, f"{env_id}__{exp_name}__{seed}__{1000 + seed}"))
+    start = time.time()
+    for i, (step, value) in enumerate(zip(STEPS, returns)):
+        wall_time = start + 60 * minutes_per_log * (i + 1)
+        writer.add_scalar("charts/SPS", sps, step, walltime=wall_time)
+        writer.add_scalar("charts/episodic_return", value, step, walltime=wall_time)
+        writer.add_scalar("charts/team_return", n_agents * value, step, walltime=wall_time)
+    writer.close()
+
+
+@pytest.fixture
+def grid_dir(tmp_path):
+    """Spread: two seeds of script a (returns rising linearly) and one of b; reference: one seed of a."""
+    rng = np.random.default_rng(0)
+    returns = {
+        ("simple_spread_v3", "a", 1): np.linspace(-30, -12, 30),
+        ("simple_spread_v3", "a", 2): np.linspace(-28, -14, 30),
+        ("simple_spread_v3", "b", 1): rng.normal(-20, 2, 30),
+        ("simple_reference_v3", "a", 1): np.linspace(-25, -10, 30),
+    }
+    for (env_id, exp_name, seed), values in returns.items():
+        n_agents = 3 if env_id == "simple_spread_v3" else 2
+        write_run(tmp_path / "runs", env_id, exp_name, seed, values, n_agents, sps=1000.0 * seed, minutes_per_log=0.5)
+    return tmp_path, returns
+
+
+def test_smooth_is_the_mean_of_the_last_logs():
+    values = np.random.default_rng(1).normal(size=25)
+    expected = [values[max(0, i - bp.SMOOTHING + 1) : i + 1].mean() for i in range(len(values))]
+    np.testing.assert_allclose(bp.smooth(values), expected, rtol=1e-12)
+
+
+def test_read_grid_groups_seeds_by_scenario_and_experiment(grid_dir):
+    tmp_path, returns = grid_dir
+    grid = bp.read_grid(tmp_path / "runs")
+    counts = [(env_id, {name: len(runs) for name, runs in s.items()}) for env_id, s in grid.items()]
+    assert counts == [("simple_spread_v3", {"a": 2, "b": 1}), ("simple_reference_v3", {"a": 1})]  # spread first
+    run = grid["simple_spread_v3"]["a"][1]  # seed 2
+    np.testing.assert_array_equal(run.steps, STEPS)
+    np.testing.assert_allclose(run.returns, returns[("simple_spread_v3", "a", 2)], rtol=1e-6)
+    np.testing.assert_allclose(run.team_returns, 3 * returns[("simple_spread_v3", "a", 2)], rtol=1e-6)
+    np.testing.assert_allclose(run.minutes, 0.5 * np.arange(1, 31), atol=0.05)
+    assert run.sps == 2000.0
+
+
+def test_results_table_numbers(grid_dir):
+    tmp_path, returns = grid_dir
+    grid = bp.read_grid(tmp_path / "runs")
+    env_info = {"simple_spread_v3": {"steps_per_s": 4000, "random_return": -27.0}}
+    rows = {tuple(line.split(" | ")[:2]): line for line in bp.results_table(grid, env_info).splitlines()[2:]}
+    finals = [returns[("simple_spread_v3", "a", s)][-10:].mean() for s in (1, 2)]
+    assert rows[("| spread", "a")] == (
+        f"| spread | a | 2 | 24,000 | {np.mean(finals):.2f} ± {np.std(finals):.2f} "
+        f"| {np.mean(finals) * 3:.2f} ± {np.std(finals) * 3:.2f} | 1,500 | 0.38 | 15.0 min |"
+    )
+    final_b = returns[("simple_spread_v3", "b", 1)][-10:].mean()
+    assert rows[("| spread", "b")].startswith(f"| spread | b | 1 | 24,000 | {final_b:.2f} ± 0.00 |")
+    assert rows[("| reference", "a")].endswith("| 1,000 | n/a | 15.0 min |")  # no env rate known for reference
+
+
+def test_seed_curves_average_on_the_shortest_run(grid_dir):
+    tmp_path, returns = grid_dir
+    runs = bp.read_grid(tmp_path / "runs")["simple_spread_v3"]["a"]
+    runs[1].steps, runs[1].returns = runs[1].steps[:20], runs[1].returns[:20]  # seed 2 stopped early
+    x, curves = bp.seed_curves(runs, "steps")
+    np.testing.assert_array_equal(x, STEPS[:20])
+    assert curves.shape == (2, 20)
+    np.testing.assert_allclose(curves[0], bp.smooth(returns[("simple_spread_v3", "a", 1)])[:20], rtol=1e-6)
+
+
+def test_main_writes_figures_and_table(grid_dir, capsys):
+    tmp_path, _ = grid_dir
+    (tmp_path / "env.json").write_text(json.dumps({"simple_spread_v3": {"steps_per_s": 4000, "random_return": -27}}))
+    out = tmp_path / "out"
+    bp.main(bp.Args(runs=str(tmp_path / "runs"), env_info=str(tmp_path / "env.json"), out=str(out)))
+    for name in ("returns_vs_steps.png", "returns_vs_time.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "results.md").read_text() == capsys.readouterr().out
+    assert len((out / "results.md").read_text().splitlines()) == 2 + 3
+
+
+def test_main_without_runs_is_one_error_line(tmp_path):
+    with pytest.raises(SystemExit, match="^error: no run folders"):
+        bp.main(bp.Args(runs=str(tmp_path)))
+
+
+def benchmark(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", os.path.join(ROOT, "benchmark.sh"), *args], capture_output=True, text=True)
+
+
+SCRIPTS = ["mappo_mpe.py", "mappo_mpe_rnn.py", "mat_mpe.py", "mat_mpe_ep_critic.py"]
+SCENARIOS = ["simple_spread_v3", "simple_speaker_listener_v4", "simple_reference_v3"]
+
+
+@pytest.mark.parametrize(
+    "options, seeds, budgets",
+    [
+        ([], 3, [20_000_000, 2_000_000, 3_000_000]),  # the default: the full grid, three seeds
+        (["--budget", "quick", "--seeds", "2"], 2, [800_000, 500_000, 500_000]),
+    ],
+)
+def test_print_commands_is_one_command_per_run(options, seeds, budgets):
+    result = benchmark("--print-commands", *options)
+    assert result.returncode == 0 and result.stderr == ""
+    expected = [
+        f"python {ROOT}/{script} --env-id {env_id} --preset tuned --seed {seed} --total-timesteps {steps}"
+        for (env_id, steps), script, seed in itertools.product(zip(SCENARIOS, budgets), SCRIPTS, range(1, seeds + 1))
+    ]
+    assert result.stdout.splitlines() == expected
+
+
+def test_print_commands_subset():
+    result = benchmark("--print-commands", "--scripts", "mat", "--scenarios", "reference listener", "--seeds", "1")
+    mat = f"python {ROOT}/mat_mpe.py --env-id"
+    assert result.stdout.splitlines() == [
+        f"{mat} simple_reference_v3 --preset tuned --seed 1 --total-timesteps 3000000",
+        f"{mat} simple_speaker_listener_v4 --preset tuned --seed 1 --total-timesteps 2000000",
+    ]
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--budget", "fast"], "error: --budget must be full or quick, not fast"),
+        (["--seeds", "0"], "error: --seeds must be a positive integer, not 0"),
+        (["--jobs", "two"], "error: --jobs must be a positive integer, not two"),
+        (["--scripts", "mappo ppo"], "error: unknown script ppo (scripts: mappo rnn mat mat_ep)"),
+        (["--scenarios", "tag"], "error: unknown scenario tag (scenarios: spread listener reference)"),
+        (["--seeds"], "error: --seeds needs a value"),
+        (
+            ["--episodes", "3"],
+            "error: unknown grid option --episodes (options: --budget, --seeds, --jobs, --scripts, --scenarios)",
+        ),
+    ],
+)
+def test_grid_options_errors_are_one_line(options, message):
+    for mode in ("--print-commands", "grid"):
+        result = benchmark(mode, *options)
+        assert (result.returncode, result.stdout, result.stderr) == (1, message + "\n", "")
