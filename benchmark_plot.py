@@ -90,11 +90,12 @@ def seed_curves(runs: list[Run], x: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def final(values: list[float]) -> str:
-    return f"{np.mean(values):.2f} ± {np.std(values):.2f}"
+    """Mean ± sample standard deviation over the seeds (0 for one seed)."""
+    return f"{np.mean(values):.2f} ± {np.std(values, ddof=1 if len(values) > 1 else 0):.2f}"
 
 
 def results_table(grid: dict[str, dict[str, list[Run]]], env_info: dict) -> str:
-    """One row per scenario and script: final returns (mean ± std over seeds of each run's mean of its last
+    """One row per scenario and script: final returns (`final` over the seeds of each run's mean of its last
     SMOOTHING logs), SPS and its ratio to the single-process random-action env step rate, wall-clock time."""
     columns = ["scenario", "script", "seeds", "env steps", "return per agent", "team return", "SPS", "SPS / env rate"]
     lines = ["| " + " | ".join([*columns, "wall-clock"]) + " |", "|---" * (len(columns) + 1) + "|"]

@@ -73,8 +73,8 @@ def test_results_table_numbers(grid_dir):
     rows = {tuple(line.split(" | ")[:2]): line for line in bp.results_table(grid, env_info).splitlines()[2:]}
     finals = [returns[("simple_spread_v3", "a", s)][-10:].mean() for s in (1, 2)]
     assert rows[("| spread", "a")] == (
-        f"| spread | a | 2 | 24,000 | {np.mean(finals):.2f} ± {np.std(finals):.2f} "
-        f"| {np.mean(finals) * 3:.2f} ± {np.std(finals) * 3:.2f} | 1,500 | 0.38 | 15.0 min |"
+        f"| spread | a | 2 | 24,000 | {np.mean(finals):.2f} ± {abs(finals[0] - finals[1]) / np.sqrt(2):.2f} "
+        f"| {np.mean(finals) * 3:.2f} ± {abs(finals[0] - finals[1]) * 3 / np.sqrt(2):.2f} | 1,500 | 0.38 | 15.0 min |"
     )
     final_b = returns[("simple_spread_v3", "b", 1)][-10:].mean()
     assert rows[("| spread", "b")].startswith(f"| spread | b | 1 | 24,000 | {final_b:.2f} ± 0.00 |")
