@@ -392,6 +392,8 @@ grid() {  # runs the grid in bench/grid_BUDGET, jobs at a time, skipping finishe
   mkdir -p "grid_$budget/logs"
   cd "grid_$budget"
   env_info > env_info.json  # first, while the CPU is idle
+  local cores; cores=$(nproc)
+  export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( cores > jobs ? cores / jobs : 1 ))}"  # torch threads per run: the cores shared out
   local start=$SECONDS scenario name s run
   while read -r scenario name s; do
     run="$(env_id_of "$scenario")__$(basename "$(script_of "$name")" .py)__$s"  # the run folder's name, less its time

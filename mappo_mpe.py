@@ -11,7 +11,7 @@ and GAE, the PPO update, evaluation and checkpoints, then the training loop in `
 
 import contextlib
 import dataclasses
-import importlib
+import importlib.util
 import multiprocessing as mp
 import os
 import pickle
@@ -948,6 +948,10 @@ def check_args(args: Args):
             "--resume and --eval-checkpoint exclude each other: one trains on, the other only evaluates",
         ),
         (
+            args.capture_video and importlib.util.find_spec("imageio_ffmpeg") is None,
+            "--capture-video needs the package imageio-ffmpeg to write mp4 files (pip install imageio-ffmpeg)",
+        ),
+        (
             args.env_id != "simple_spread_v3"
             and (args.num_agent_neighbors is not None or args.num_landmark_neighbors is not None),
             f"--num-agent-neighbors and --num-landmark-neighbors apply to simple_spread_v3 only, not {args.env_id}",
@@ -1102,8 +1106,14 @@ def start_logging(run_dir: str, args: Args, resumed_step: int | None):
     return writer
 
 
-def log_iteration(writer, global_step: int, sps: int, lr: float, losses: dict, episode_returns: np.ndarray, agents):
+def log_iteration(
+    writer, global_step: int, sps: int, seconds: dict, lr: float, losses: dict, episode_returns: np.ndarray, agents
+):
+    """Writes one iteration's scalars; `seconds` holds the wall-clock time of its rollout (acting, env steps, GAE) and
+    of its update, which show where the time goes (and whether `--cuda` pays off)."""
     writer.add_scalar("charts/SPS", sps, global_step)
+    for phase, value in seconds.items():
+        writer.add_scalar(f"perf/{phase}_ms", 1000 * value, global_step)
     writer.add_scalar("charts/learning_rate", lr, global_step)
     for name, value in losses.items():
         writer.add_scalar(f"losses/{name}", value, global_step)
@@ -1202,6 +1212,7 @@ def main(args: Args) -> dict:
             if args.linear_lr_decay:
                 optimizer.param_groups[0]["lr"] = args.lr * (1.0 - (iteration - 1.0) / num_iterations)
 
+            rollout_start = time.time()
             # 1. Collect a rollout: T steps of every env with the current policy
             with torch.no_grad():
                 for t in range(T):
@@ -1227,8 +1238,10 @@ def main(args: Args) -> dict:
                 )
 
             # 3. PPO update, on every core
+            update_start = time.time()
             with torch_threads(update_threads):
                 losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
+            seconds = {"rollout": update_start - rollout_start, "update": time.time() - update_start}
             losses["explained_variance"] = explained_variance(buffer.values[:-1], returns)
             buffer.start_next_rollout()
             progress.iteration = iteration
@@ -1238,7 +1251,7 @@ def main(args: Args) -> dict:
             sps = int((global_step - start_step) / (time.time() - start_time))
             ended_returns = episode_returns.pop()  # (n_episodes, n_agents) of the episodes this rollout ended
             lr = optimizer.param_groups[0]["lr"]
-            log_iteration(writer, global_step, sps, lr, losses, ended_returns, envs.spec.agents)
+            log_iteration(writer, global_step, sps, seconds, lr, losses, ended_returns, envs.spec.agents)
 
             # 5. Evaluate the greedy policy, keeping the best model
             eval_envs.check_workers()  # a dead evaluation worker ends the run now, not at the next evaluation

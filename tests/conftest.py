@@ -127,10 +127,10 @@ RESUME_FLAGS += ["--eval-interval", "500", "--log-interval", "500", "--checkpoin
 
 
 def logged_scalars(run_dir) -> dict:
-    """Every scalar a run folder's event files hold but the speed: {tag: [(step, value), ...]}."""
+    """Every scalar a run folder's event files hold but the speed and the timings: {tag: [(step, value), ...]}."""
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     events.Reload()
-    tags = [tag for tag in events.Tags()["scalars"] if tag != "charts/SPS"]
+    tags = [tag for tag in events.Tags()["scalars"] if tag != "charts/SPS" and not tag.startswith("perf/")]
     return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in tags}
 
 

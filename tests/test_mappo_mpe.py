@@ -718,6 +718,21 @@ def test_same_seed_gives_identical_first_update(tmp_path, monkeypatch):
     assert third["losses"]["policy_loss"] != first["losses"]["policy_loss"]
 
 
+def test_log_iteration_writes_the_rollout_and_update_times_in_ms():
+    scalars = {}
+
+    class Writer:
+        def add_scalar(self, tag, value, step):
+            scalars[tag] = (step, value)
+
+    returns = np.array([[-3.0, -5.0], [-1.0, -3.0]])  # (n_episodes, n_agents)
+    seconds = {"rollout": 0.25, "update": 0.125}
+    m.log_iteration(Writer(), 800, 3200, seconds, 7e-4, {"value_loss": 0.5}, returns, ["agent_0", "agent_1"])
+    assert scalars["perf/rollout_ms"] == (800, 250.0) and scalars["perf/update_ms"] == (800, 125.0)
+    assert scalars["charts/episodic_return"] == (800, -3.0) and scalars["charts/team_return"] == (800, -6.0)
+    assert scalars["charts/episodic_return_agent_1"] == (800, -4.0) and scalars["losses/value_loss"] == (800, 0.5)
+
+
 # ----------------------------------------------------------------------------------------------------
 # The script end to end
 # ----------------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ equal: every top-level function and class that two or more scripts define under 
 source in each, except where a script is listed in VARIANTS as having its own version. So a fix made in one
 copy and not in the others fails here."""
 
-import importlib
+import importlib.util
 import inspect
 import os
 import sys
@@ -65,3 +65,16 @@ def test_shared_code_is_identical(name):
     if first is not None and own != ALL:  # a listed variant that no longer differs is taken off the list
         stale = [script for script in own & copies.keys() if copies[script] == first]
         assert not stale, f"{name} in {stale} is the same as in the other scripts: remove it from VARIANTS"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_capture_video_without_imageio_ffmpeg_is_one_error_line(script, monkeypatch):
+    """Without imageio-ffmpeg, imageio cannot write mp4: the run stops before it starts, not at the first video."""
+    module = importlib.import_module(script)
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "imageio_ffmpeg" else find_spec(name, *a)
+    )
+    with pytest.raises(SystemExit, match="^error: --capture-video needs the package imageio-ffmpeg"):
+        module.check_args(module.Args(capture_video=True))
+    module.check_args(module.Args())
