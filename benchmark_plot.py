@@ -16,6 +16,7 @@ from collections import defaultdict
 import numpy as np
 import tyro
 from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 SCENARIO_NAMES = {
@@ -135,6 +136,8 @@ def plot_curves(grid: dict[str, dict[str, list[Run]]], env_info: dict, x: str, p
                 ax.axhline(value, color="gray", linestyle=style, label=label)
         ax.set_title(SCENARIO_NAMES.get(env_id, env_id))
         ax.set_xlabel("env steps" if x == "steps" else "wall-clock minutes")
+        if x == "steps":
+            ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 200k, 1M: raw step counts overlap
         ax.set_ylabel("episode return per agent")
         ax.legend(fontsize="small")
     fig.savefig(path, dpi=100)
