@@ -37,11 +37,15 @@ script_of() {  # the script file of ALGO $1, or nothing
   esac
 }
 
+usage() {
+  echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume|sweep, bash benchmark.sh mat acting|critic, bash benchmark.sh grid|--print-commands [OPTIONS]"
+  exit 2
+}
+
 algo="${1:-}"
 script="../$(script_of "$algo")"
 if [ "$script" = ../ ] && [ "$algo" != grid ] && [ "$algo" != --print-commands ]; then
-  echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume|sweep, bash benchmark.sh mat acting|critic, bash benchmark.sh grid|--print-commands [OPTIONS]"
-  exit 2
+  usage
 fi
 
 raw_env_rate() {  # "RATE RETURN": single-process random-action env steps per second of scenario $1 and the
@@ -461,5 +465,5 @@ case "${2:-}" in
     ;;
   acting) [ "$algo" = mat ] && acting_time | tee mat_acting.log ;;
   critic) [ "$algo" = mat ] && critic_time | tee mat_critic.log ;;
-  *) echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume|sweep, bash benchmark.sh mat acting|critic"; exit 2 ;;
+  *) usage ;;
 esac
