@@ -9,7 +9,8 @@
 #   bash benchmark.sh ALGO listener-continuous  # speaker-listener as above with --continuous-actions
 #   bash benchmark.sh mat acting      # MAT acting time per step, KV cache vs full re-decode, N = 3, 6, 12
 #   bash benchmark.sh mat critic      # mat_mpe_ep_critic.py's critic per update: once per env vs per agent, N = 3, 12
-#   bash benchmark.sh ALGO env-rate   # single-process env steps/s: mpe2's parallel_env (+ state()) vs step_env (~2 min)
+#   bash benchmark.sh ALGO env-rate   # env steps/s, random actions, one thread: mpe2's parallel_env and the batched env
+#   bash benchmark.sh ALGO versus REV # SPS against the script at git revision REV, back to back, twice (300k steps)
 #   bash benchmark.sh ALGO official-task  # spread, 500k steps, on the task of the official codes' MPE copy
 #   bash benchmark.sh ALGO resume     # spread 600k straight, and stopped by SIGTERM at 300k then resumed: equal?
 #   bash benchmark.sh ALGO sweep      # the settings screen: spread, 500k steps per setting, JOBS (2) side by side
@@ -38,7 +39,7 @@ script_of() {  # the script file of ALGO $1, or nothing
 }
 
 usage() {
-  echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume|sweep, bash benchmark.sh mat acting|critic, bash benchmark.sh grid|--print-commands [OPTIONS]"
+  echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume|sweep|versus REV, bash benchmark.sh mat acting|critic, bash benchmark.sh grid|--print-commands [OPTIONS]"
   exit 2
 }
 
@@ -48,53 +49,43 @@ if [ "$script" = ../ ] && [ "$algo" != grid ] && [ "$algo" != --print-commands ]
   usage
 fi
 
-raw_env_rate() {  # "RATE RETURN": single-process random-action env steps per second of scenario $1 and the
-  # random actions' mean episode return per agent (episodes of 25 steps that ended), stepped as $2: "mpe2",
-  # mpe2's parallel_env with actions from action_space.sample(); "mpe2+state", the
-  # same with state() after every step, what a MAPPO worker needs; "step_env", the scripts' own stepping of the
-  # raw env (state included). The last two draw their actions alike, so their rates compare the stepping alone.
-  python - "$1" "$2" "$here" <<'PY'
+raw_env_rate() {  # "RATE RETURN": single-process random-action env steps per second of mpe2's parallel_env for
+  # scenario $1, with actions from action_space.sample(), and the random actions' mean episode return per agent
+  python - "$1" <<'PY'
 import importlib, sys, time
 import numpy as np
-sys.path.insert(0, sys.argv[3])
-from mappo_mpe import Args, get_env_spec, make_env, reset_env, scenario_kwargs, step_env
-env_id, how = sys.argv[1], sys.argv[2]
-scenario = scenario_kwargs(Args(env_id=env_id))
-spec = get_env_spec(env_id, scenario)
-n_actions, rng = spec.avail_actions.sum(axis=1), np.random.default_rng(0)
-if how == "step_env":
-    env = make_env(env_id, scenario)
-    reset_env(env, spec.obs_dim, seed=0)
-
-    def step():
-        _, _, rewards, terminated, truncated = step_env(env, rng.integers(n_actions), spec.obs_dim)
-        ended = (terminated | truncated).all()
-        if ended:
-            reset_env(env, spec.obs_dim)
-        return rewards, ended
-else:
-    env = importlib.import_module(f"mpe2.{env_id}").parallel_env(max_cycles=25)
-    env.reset(seed=0)
-
-    def step():
-        if how == "mpe2":
-            _, rewards, *_ = env.step({a: env.action_space(a).sample() for a in env.agents})
-        else:
-            _, rewards, *_ = env.step(dict(zip(env.agents, rng.integers(n_actions).tolist())))
-            env.state()
-        ended = not env.agents
-        if ended:
-            env.reset()
-        return list(rewards.values()), ended
+env = importlib.import_module(f"mpe2.{sys.argv[1]}").parallel_env(max_cycles=25)
+env.reset(seed=0)
 steps, start, episode_return, ended_returns = 0, time.perf_counter(), 0.0, []
 while time.perf_counter() - start < 10.0:
-    rewards, ended = step()
-    episode_return += np.mean(rewards)
-    if ended:
+    _, rewards, *_ = env.step({a: env.action_space(a).sample() for a in env.agents})
+    episode_return += np.mean(list(rewards.values()))
+    if not env.agents:
         ended_returns.append(episode_return)
         episode_return = 0.0
+        env.reset()
     steps += 1
 print(f"{steps / (time.perf_counter() - start):.0f} {np.mean(ended_returns):.2f}")
+PY
+}
+
+batched_env_rate() {  # env steps per second of the scripts' batched env (BatchedMPE) for scenario $1 with $2 envs on
+  # the CPU, one torch thread, uniformly random discrete actions drawn in the loop
+  python - "$1" "$2" "$here" <<'PY'
+import sys, time
+import torch
+sys.path.insert(0, sys.argv[3])
+from mappo_mpe import Args, BatchedMPE, scenario_kwargs
+torch.set_num_threads(1)
+env_id, n_envs = sys.argv[1], int(sys.argv[2])
+envs = BatchedMPE(env_id, scenario_kwargs(Args(env_id=env_id)), n_envs, 0, torch.device("cpu"))
+envs.reset()
+n_actions = torch.as_tensor(envs.spec.avail_actions.sum(axis=1))  # (n_agents,)
+steps, start = 0, time.perf_counter()
+while time.perf_counter() - start < 5.0:
+    envs.step((torch.rand(n_envs, len(n_actions)) * n_actions).long())
+    steps += 1
+print(f"{steps * n_envs / (time.perf_counter() - start):.0f}")
 PY
 }
 
@@ -136,7 +127,7 @@ import sys, time
 import torch
 sys.path.insert(0, "..")
 import mat_mpe as m
-torch.set_num_threads(1)  # as in training, where the env workers take the cores
+torch.set_num_threads(1)  # steadier than two on a 2-core machine, and no slower at this size
 print("| agents | KV cache (ms per step) | full re-decode (ms per step) | speed-up |")
 print("|---|---|---|---|")
 for n_agents in (3, 6, 12):
@@ -224,11 +215,17 @@ print(f"at step {a['global_step']:,} and {b['global_step']:,}: parameters bit-id
 PY
 }
 
-official_task() {  # runs the script on simple_spread_v3 changed into the official codes' MPE task
+official_task() {  # runs the script on simple_spread_v3 changed into the official codes' MPE task, in training (the
+  # batched env) and in evaluation (mpe2)
   python - "$script" --exp-name "${algo}_official_task" --seed "$seed" --total-timesteps 500000 "$@" <<'PY'
-import runpy, sys
+import importlib, os, sys
+import torch
 from mpe2._mpe_utils import core
 from mpe2.simple_spread import simple_spread
+
+script = sys.argv.pop(1)
+sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+module = importlib.import_module(os.path.basename(script)[: -len(".py")])
 
 # 1. The official copy starts landmarks in 0.8 x U(-1, 1); mpe2 in U(-1, 1).
 reset_world = simple_spread.Scenario.reset_world
@@ -237,6 +234,13 @@ def reset_world_official(self, world, np_random):
     for landmark in world.landmarks:
         landmark.state.p_pos = 0.8 * np_random.uniform(-1, +1, world.dim_p)
 simple_spread.Scenario.reset_world = reset_world_official
+
+reset_envs = module.BatchedMPE.reset_envs
+def reset_envs_official(self, envs):
+    reset_envs(self, envs)
+    scale = torch.where(envs[:, None, None], 0.8, 1.0)  # the landmarks of the envs just reset
+    self.pos = torch.cat([self.pos[:, : self.n_agents], self.pos[:, self.n_agents :] * scale], dim=1)
+module.BatchedMPE.reset_envs = reset_envs_official
 
 # 2. The official copy damps and accelerates first, then moves with the new velocity; mpe2 moves with the
 # old velocity first, so an action changes an agent's position one step later than in the official task.
@@ -250,9 +254,41 @@ def integrate_state_official(self, p_force):
         entity.state.p_pos += entity.state.p_vel * self.dt  # spread agents have no max_speed
 core.World.integrate_state = integrate_state_official
 
-script = sys.argv.pop(1)
-sys.argv[0] = script
-runpy.run_path(script, run_name="__main__")
+def integrate_official(self, force):
+    self.vel = self.vel * (1 - module.DAMPING) + force * module.DT
+    self.pos = torch.cat([self.pos[:, : self.n_agents] + self.vel * module.DT, self.pos[:, self.n_agents :]], dim=1)
+module.BatchedMPE.integrate = integrate_official
+
+module.main(module.parse_args(sys.argv[1:]))
+PY
+}
+
+versus() {  # this script against its copy at git revision $1 (a file that git shows), the same command back to back:
+  # 300k steps of spread with 32 envs, the two alternated twice; prints each run's SPS and median per-iteration times
+  local rev="$1" file run
+  file="$(basename "$script")"
+  mkdir -p "versus_$rev"
+  git -C "$here" show "$rev:$file" > "versus_$rev/$file"
+  for round in 1 2; do
+    for run in "versus_$rev/$file" "$script"; do
+      local name="${algo}_versus_$([ "$run" = "$script" ] && echo current || echo "$rev")_$round"
+      python "$run" --exp-name "$name" --seed "$seed" --n-rollout-threads 32 --total-timesteps 300000 > "$name.log" 2>&1
+    done
+  done
+  python - "$algo" "$rev" <<'PY'
+import glob, os, statistics, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+algo, rev = sys.argv[1:]
+print(f"| run | SPS | rollout ms (median) | update ms (median) |")
+print("|---|---|---|---|")
+for round in (1, 2):
+    for which in (rev, "current"):
+        run = max(glob.glob(f"runs/*__{algo}_versus_{which}_{round}__*"), key=os.path.getmtime)
+        events = EventAccumulator(run, size_guidance={"scalars": 0})
+        events.Reload()
+        median = lambda tag: statistics.median(e.value for e in events.Scalars(tag)[5:])  # noqa: E731
+        sps = events.Scalars("charts/SPS")[-1].value
+        print(f"| {which}, round {round} | {sps:.0f} | {median('perf/rollout_ms'):.1f} | {median('perf/update_ms'):.1f} |")
 PY
 }
 
@@ -384,7 +420,7 @@ grid_command() {  # the training command of grid run $1 (scenario) $2 (ALGO) $3 
 env_info() {  # JSON: each grid scenario's single-process random-action env step rate and random return per agent
   local scenario rate random_return separator="{"
   for scenario in $scenarios; do
-    read -r rate random_return <<< "$(raw_env_rate "$(env_id_of "$scenario")" mpe2)"
+    read -r rate random_return <<< "$(raw_env_rate "$(env_id_of "$scenario")")"
     printf '%s"%s": {"steps_per_s": %s, "random_return": %s}' "$separator" "$(env_id_of "$scenario")" "$rate" \
       "$random_return"
     separator=", "
@@ -431,26 +467,26 @@ case "${2:-}" in
   speed)
     log="${algo}_speed.log"
     read -r steal0 total0 <<< "$(cpu_times)"
-    read -r before _ <<< "$(raw_env_rate simple_spread_v3 mpe2)"
+    read -r before _ <<< "$(raw_env_rate simple_spread_v3)"
     python "$script" --exp-name "${algo}_speed" --n-rollout-threads 32 --total-timesteps 300000 --eval-interval 1000000 \
       2>&1 | tee "$log"
-    read -r after _ <<< "$(raw_env_rate simple_spread_v3 mpe2)"
-    read -r fast _ <<< "$(raw_env_rate simple_spread_v3 step_env)"
+    read -r after _ <<< "$(raw_env_rate simple_spread_v3)"
     read -r steal1 total1 <<< "$(cpu_times)"
     sps=$(grep -o 'SPS *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*')
-    python -c "r = ($before + $after) / 2; print(f'raw env rate {r:.0f} steps/s (before {$before}, after {$after}); end-to-end SPS $sps; ratio {$sps / r:.2f}; raw rate of step_env {$fast} (ratio to it {$sps / $fast:.2f}); CPU time stolen by the host {100 * ($steal1 - $steal0) / ($total1 - $total0):.0f}%')" \
+    python -c "r = ($before + $after) / 2; print(f'raw env rate {r:.0f} steps/s (before {$before}, after {$after}); end-to-end SPS $sps; ratio {$sps / r:.2f}; CPU time stolen by the host {100 * ($steal1 - $steal0) / ($total1 - $total0):.0f}%')" \
       | tee -a "$log"
     ;;
   env-rate)
-    echo "| scenario | mpe2 parallel_env | parallel_env + state() | step_env | step_env / (parallel_env + state()) |"
-    echo "|---|---|---|---|---|"
+    echo "| scenario | mpe2 parallel_env | batched, 32 envs | ratio | batched, 1,024 envs | ratio |"
+    echo "|---|---|---|---|---|---|"
     for env_id in simple_spread_v3 simple_reference_v3 simple_speaker_listener_v4; do
-      read -r plain _ <<< "$(raw_env_rate $env_id mpe2)"
-      read -r with_state _ <<< "$(raw_env_rate $env_id mpe2+state)"
-      read -r fast _ <<< "$(raw_env_rate $env_id step_env)"
-      python -c "print(f'| $env_id | $plain | $with_state | $fast | {$fast / $with_state:.2f}x |')"
+      read -r plain _ <<< "$(raw_env_rate $env_id)"
+      small=$(batched_env_rate $env_id 32)
+      large=$(batched_env_rate $env_id 1024)
+      python -c "print(f'| $env_id | {$plain:,} | {$small:,} | {$small / $plain:.0f}x | {$large:,} | {$large / $plain:.0f}x |')"
     done | tee env_rate.log
     ;;
+  versus) [ -n "${3:-}" ] || usage; versus "$3" 2>&1 | tee "${algo}_versus_$3.log" ;;
   spread) train spread ;;
   partial) train partial --num-agent-neighbors 1 --num-landmark-neighbors 1 ;;
   listener) train listener "${listener_flags[@]}" ;;

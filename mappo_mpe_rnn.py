@@ -12,12 +12,9 @@ training loop in `main()`.
     python mappo_mpe_rnn.py --eval-checkpoint runs/<run_name>/model.pt --capture-video
 """
 
-import contextlib
 import dataclasses
 import importlib.util
-import multiprocessing as mp
 import os
-import pickle
 import random
 import signal
 import time
@@ -74,8 +71,6 @@ class Args:
     """if toggled, agents take Box(0, 1) action vectors (a Gaussian policy) instead of discrete actions"""
     n_rollout_threads: int = 32
     """number of parallel environments"""
-    n_workers: int = 0
-    """worker processes that step the environments (0: one per CPU core, at most n_rollout_threads)"""
 
     # Algorithm
     preset: Literal["official", "tuned"] = "official"
@@ -159,7 +154,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
 
 
 # ----------------------------------------------------------------------------------------------------
-# Environments
+# Environments: mpe2 itself for evaluation and video, the same scenarios batched in torch for training
 # ----------------------------------------------------------------------------------------------------
 
 
@@ -187,8 +182,8 @@ def scenario_kwargs(args: Args) -> dict:
 
 def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
     """mpe2's raw AEC env, stepped by `reset_env` and `step_env` rather than through PettingZoo's parallel
-    wrapper: the same dynamics, without wrappers that check every call (the env workers check all actions of a
-    step at once) and without observing each agent several times per step (see `step_env`)."""
+    wrapper: the same dynamics, without wrappers that check every call and without observing each agent several
+    times per step (see `step_env`)."""
     module = importlib.import_module(f"mpe2.{env_id}")
     env = module.raw_env(**scenario, render_mode=render_mode)
     if render_mode is None:
@@ -254,179 +249,210 @@ def step_env(env, actions: np.ndarray, obs_dim: int) -> tuple[np.ndarray, ...]:
     return obs, state, rewards, terminated, truncated
 
 
-def get_env_state(env) -> bytes:
-    """Everything the env holds (world, episode step, random generator, rewards) but its drawing objects, pickled:
-    restored by `set_env_state`, the env goes on exactly as this one would."""
-    return pickle.dumps({k: v for k, v in vars(env).items() if k not in ("screen", "game_font")})
-
-
-def set_env_state(env, state: bytes):
-    vars(env).update(pickle.loads(state))
-
-
 class StepResult(NamedTuple):
-    obs: np.ndarray  # (n_envs, n_agents, obs_dim), already reset where an episode ended
-    state: np.ndarray  # (n_envs, state_dim)
-    rewards: np.ndarray  # (n_envs, n_agents)
-    terminated: np.ndarray  # (n_envs, n_agents) bool
-    truncated: np.ndarray  # (n_envs, n_agents) bool
-    final_obs: np.ndarray  # (n_envs, n_agents, obs_dim): last obs of an ended episode, zeros elsewhere
-    final_state: np.ndarray  # (n_envs, state_dim): likewise
+    obs: torch.Tensor  # (n_envs, n_agents, obs_dim), already reset where an episode ended
+    state: torch.Tensor  # (n_envs, state_dim)
+    rewards: torch.Tensor  # (n_envs, n_agents)
+    terminated: torch.Tensor  # (n_envs, n_agents) bool
+    truncated: torch.Tensor  # (n_envs, n_agents) bool
+    final_obs: torch.Tensor  # (n_envs, n_agents, obs_dim): before the reset; the last obs of an ended episode
+    final_state: torch.Tensor  # (n_envs, state_dim): likewise
 
     @property
-    def ended(self) -> np.ndarray:
+    def ended(self) -> torch.Tensor:
         """(n_envs,) bool: the env's episode is over for every agent (and the env was reset)."""
-        return (self.terminated | self.truncated).all(axis=1)
+        return (self.terminated | self.truncated).all(dim=1)
 
 
-def check_actions(actions: np.ndarray, spec: EnvSpec):
-    """Raises ValueError for the first action an agent cannot take: a discrete action outside its range, or a
-    continuous action vector holding NaN or infinity (finite values are clipped into the box by `step_env`)."""
-    if spec.continuous:
-        invalid = ~np.isfinite(actions).all(axis=-1)  # (n_envs, n_agents)
-    else:
-        invalid = (actions < 0) | (actions >= spec.avail_actions.sum(axis=1))
-    if invalid.any():
-        k, i = np.argwhere(invalid)[0]
-        what = "is not finite" if spec.continuous else f"is not one of the {spec.avail_actions[i].sum()} actions"
-        raise ValueError(f"action {actions[k, i]} of {spec.agents[i]} {what}")
+# mpe2's world constants (_mpe_utils/core.py and simple_env.py): time step, damping, action force scale, contact force
+DT, DAMPING, SENSITIVITY, CONTACT_FORCE, CONTACT_MARGIN = 0.1, 0.25, 5.0, 100.0, 1e-3
+LOCAL_RATIO = 0.5  # mpe2's default weight of the agent's own reward against the team's (spread and reference)
+SPREAD_AGENT_SIZE = 0.15  # spread's agents touch, collide and push each other when closer than twice this
+MOVES = [[0.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, -1.0], [0.0, 1.0]]  # discrete move: none, -x, +x, -y, +y
 
 
-def env_worker(conn, parent_conn, env_id: str, scenario: dict, seeds: list[int], spec: EnvSpec):
-    """Steps a slice of the environments and answers the main process with stacked arrays."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is handled by the main process alone
-    parent_conn.close()
-    parent_pid = os.getppid()
-    try:
-        envs = [make_env(env_id, scenario) for _ in seeds]
-        while True:
-            while not conn.poll(5.0):
-                if os.getppid() != parent_pid:  # the main process is gone: do not linger as an orphan
-                    return
-            cmd, data = conn.recv()
-            if cmd == "reset":
-                first = [reset_env(env, spec.obs_dim, seed) for env, seed in zip(envs, seeds)]
-                conn.send(("ok", tuple(np.stack(field) for field in zip(*first))))
-            elif cmd == "step":
-                check_actions(data, spec)
-                results = []
-                for env, env_actions in zip(envs, data):
-                    obs, state, rewards, terminated, truncated = step_env(env, env_actions, spec.obs_dim)
-                    final_obs, final_state = np.zeros_like(obs), np.zeros_like(state)
-                    if (terminated | truncated).all():
-                        final_obs, final_state = obs, state
-                        obs, state = reset_env(env, spec.obs_dim)
-                    results.append((obs, state, rewards, terminated, truncated, final_obs, final_state))
-                conn.send(("ok", StepResult(*(np.stack(field) for field in zip(*results)))))
-            elif cmd == "get_state":
-                conn.send(("ok", [get_env_state(env) for env in envs]))
-            elif cmd == "set_state":
-                for env, state in zip(envs, data):
-                    set_env_state(env, state)
-                conn.send(("ok", None))
-            elif cmd == "close":
-                return
-    except (EOFError, BrokenPipeError, ConnectionResetError):
-        return  # the main process is gone: leave quietly
-    except Exception as e:  # report, then let the main process end the run
-        with contextlib.suppress(OSError):
-            conn.send(("error", f"{type(e).__name__}: {e}"))
-    finally:
-        conn.close()
+class BatchedMPE:
+    """`n_envs` copies of an mpe2 scenario held as tensors on `device` and stepped together with mpe2's arithmetic
+    (its `World.step`, `_set_action` and the scenario's observation and reward, read from mpe2 1.1.1; the tests
+    step both from the same world state and compare every output). Episodes that end are reset in place.
 
+    The world is a few tensors, agents first among the entities: positions `pos` (n_envs, n_agents + n_landmarks,
+    2), velocities `vel` and messages `comm` of the agents, each agent's goal landmark `goal` (speaker-listener and
+    reference) and the episode's step count `steps`. Resets draw from a CPU generator seeded with `seed`, not from
+    mpe2's stream, so a run sees the same episodes on every device."""
 
-class VecEnv:
-    """`n_envs` mpe2 envs split over `n_workers` processes (0: one per CPU core); ended episodes are reset in the
-    workers. Env k is seeded with `seed + k` at the first reset. A worker that dies or fails ends the program with
-    one line naming the `role` of its envs ("training" or "evaluation")."""
+    WORLD = ("pos", "vel", "comm", "goal", "steps")
 
-    def __init__(self, env_id: str, scenario: dict, n_envs: int, n_workers: int, seed: int, role: str):
+    def __init__(self, env_id: str, scenario: dict, n_envs: int, seed: int, device: torch.device):
         self.spec = get_env_spec(env_id, scenario)
-        self.n_envs, self.role = n_envs, role
-        n_workers = min(n_workers or os.cpu_count() or 1, n_envs)
-        self.slices = np.array_split(np.arange(n_envs), n_workers)
-        ctx = mp.get_context()
-        self.conns, self.processes = [], []
-        for idx in self.slices:
-            parent_conn, child_conn = ctx.Pipe()
-            seeds = [seed + int(k) for k in idx]
-            worker_args = (child_conn, parent_conn, env_id, scenario, seeds, self.spec)
-            p = ctx.Process(target=env_worker, args=worker_args, daemon=True)
-            p.start()
-            child_conn.close()
-            self.conns.append(parent_conn)
-            self.processes.append(p)
-        self.closed = False
+        self.env_id, self.n_envs, self.device = env_id, n_envs, device
+        self.max_cycles, self.continuous = scenario["max_cycles"], scenario["continuous_actions"]
+        self.n_agents = n_agents = len(self.spec.agents)
+        # Each scenario's world (mpe2's make_world): who moves, who speaks and how long a message is, the landmarks
+        # and the colours an agent sees of its goal landmark.
+        self.neighbors = (None, None)  # nearest other agents and landmarks observed (spread only; None: all)
+        if env_id == "simple_spread_v3":
+            self.n_landmarks, self.dim_c, movable, speaks = n_agents, 2, [True] * n_agents, [False] * n_agents
+            self.neighbors = (scenario["num_agent_neighbors"], scenario["num_landmark_neighbors"])
+            colours = []  # no goals
+        elif env_id == "simple_speaker_listener_v4":  # the speaker only speaks, the listener only moves
+            self.n_landmarks, self.dim_c, movable, speaks = 3, 3, [False, True], [True, False]
+            colours = [[0.65, 0.15, 0.15], [0.15, 0.65, 0.15], [0.15, 0.15, 0.65]]
+        else:  # simple_reference_v3: both move and speak
+            self.n_landmarks, self.dim_c, movable, speaks = 3, 10, [True, True], [True, True]
+            colours = [[0.75, 0.25, 0.25], [0.25, 0.75, 0.25], [0.25, 0.25, 0.75]]
+        self.colours = torch.tensor(colours, device=device)
+        self.others = torch.tensor([[k for k in range(n_agents) if k != i] for i in range(n_agents)], device=device)
+        self.agent_rows = torch.arange(n_agents, device=device)
+        self.action_effects = self.action_table(movable, speaks).to(device)
+        zeros = lambda *shape, dtype=None: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
+        self.pos = zeros(n_envs, n_agents + self.n_landmarks, 2)
+        self.vel = zeros(n_envs, n_agents, 2)
+        self.comm = zeros(n_envs, n_agents, self.dim_c)
+        self.goal = zeros(n_envs, n_agents, dtype=torch.long)
+        self.steps = zeros(n_envs, dtype=torch.long)
+        self.generator = torch.Generator().manual_seed(seed)
 
-    def _fail(self, i: int, reason: str | None = None):
-        self.close()
-        exitcode = self.processes[i].exitcode
-        what = f"failed: {reason}" if reason else f"died (exit code {exitcode})"
-        raise SystemExit(f"error: {self.role} env worker {i} {what}")
+    def action_table(self, movable: list[bool], speaks: list[bool]) -> torch.Tensor:
+        """What each agent's action does, as mpe2's `_execute_world_step` and `_set_action` read it: per agent, a
+        table (n_agents, n_actions, 2 + dim_c) of [force, message] for each discrete action, or the matrix
+        (n_agents, action_dim, 2 + dim_c) that maps an action vector to them. A moving agent's action holds a move
+        (discrete: none, -x, +x, -y, +y; continuous: force (a2 - a1, a4 - a3)) times the sensitivity 5, then, if it
+        also speaks, its message (discrete: move + 5 * message, a one-hot of dim_c; continuous: the dim_c values
+        after the 5 move dimensions); an agent that does not move only speaks."""
+        table = torch.zeros(self.n_agents, self.spec.action_dim, 2 + self.dim_c)
+        for i in range(self.n_agents):
+            n_moves = 5 if movable[i] else 0
+            if self.continuous:
+                if movable[i]:
+                    table[i, [2, 1, 4, 3], [0, 0, 1, 1]] = torch.tensor([1.0, -1.0, 1.0, -1.0]) * SENSITIVITY
+                if speaks[i]:
+                    table[i, n_moves + torch.arange(self.dim_c), 2 + torch.arange(self.dim_c)] = 1.0
+                continue
+            for action in range(int(self.spec.avail_actions[i].sum())):
+                move, message = divmod(action, n_moves)[::-1] if movable[i] else (0, action)
+                table[i, action, :2] = torch.tensor(MOVES[move]) * SENSITIVITY
+                if speaks[i]:
+                    table[i, action, 2 + message] = 1.0
+        return table
 
-    def check_workers(self):
-        """Ends the program if a worker has died, without waiting for the next step to notice."""
-        for i, process in enumerate(self.processes):
-            if not process.is_alive():
-                self._fail(i)
+    def reset(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Starts a new episode in every env; returns obs (n_envs, n_agents, obs_dim) and state (n_envs, state_dim)."""
+        self.reset_envs(torch.ones(self.n_envs, dtype=torch.bool, device=self.device))
+        return self.observe()
 
-    def _recv(self, i: int):
-        conn, process = self.conns[i], self.processes[i]
-        while not conn.poll(1.0):  # returns at once when the answer is there; the timeout only spots a dead worker
-            if not process.is_alive():
-                self._fail(i)
-        try:
-            status, payload = conn.recv()
-        except (EOFError, ConnectionResetError):
-            self._fail(i)
-        if status == "error":
-            self._fail(i, payload)
-        return payload
+    def reset_envs(self, envs: torch.Tensor):
+        """New episodes in the envs marked in `envs` (n_envs,) bool, as mpe2's `reset_world`: agents and landmarks
+        uniform in [-1, 1]^2, at rest and silent, each agent's goal one of the landmarks, uniformly."""
+        pos = torch.rand(self.pos.shape, generator=self.generator) * 2 - 1
+        goal = torch.randint(self.n_landmarks, self.goal.shape, generator=self.generator)
+        keep = ~envs[:, None, None]
+        self.pos = torch.where(keep, self.pos, pos.to(self.device))
+        self.vel, self.comm = self.vel * keep, self.comm * keep
+        self.goal = torch.where(keep[:, 0], self.goal, goal.to(self.device))
+        self.steps = self.steps * keep[:, 0, 0]
 
-    def _gather(self, cmd: str, data=None):
-        for i, (conn, idx) in enumerate(zip(self.conns, self.slices)):
-            try:
-                conn.send((cmd, None if data is None else data[idx]))
-            except (BrokenPipeError, ConnectionResetError):
-                self._fail(i)
-        return [self._recv(i) for i in range(len(self.conns))]
+    def contact_forces(self) -> torch.Tensor:
+        """(n_envs, n_agents, 2): the sum of mpe2's soft contact forces on each agent from every other one (spread),
+        applied at any distance and negligible once they are apart."""
+        agents = self.pos[:, : self.n_agents]
+        delta = agents[:, :, None] - agents[:, None]  # (n_envs, n_agents, n_agents, 2): p_i - p_k
+        dist = torch.linalg.vector_norm(delta, dim=-1, keepdim=True)
+        penetration = F.softplus(-(dist - 2 * SPREAD_AGENT_SIZE) / CONTACT_MARGIN) * CONTACT_MARGIN
+        forces = CONTACT_FORCE * penetration / dist * delta  # NaN for an agent and itself (0 / 0)
+        return forces.nan_to_num_(0.0).sum(dim=2)
 
-    def reset(self) -> tuple[np.ndarray, np.ndarray]:
-        """Returns obs (n_envs, n_agents, obs_dim) and state (n_envs, state_dim)."""
-        results = self._gather("reset")
-        return np.concatenate([o for o, _ in results]), np.concatenate([s for _, s in results])
+    def step(self, actions: torch.Tensor) -> StepResult:
+        """One step of every env with actions (n_envs, n_agents), or (n_envs, n_agents, action_dim) zero-padded
+        vectors clipped into the box [0, 1] here (the rollout buffer keeps the unclipped sample). mpe2's order:
+        forces from the actions and the contacts, then each agent moves with its old velocity, which is then
+        damped and accelerated; messages are set; rewards and observations are read from the new world."""
+        if self.continuous:
+            if not torch.isfinite(actions).all():
+                raise SystemExit("error: the policy gave a continuous action that is NaN or infinite (it diverged)")
+            effects = torch.einsum("eia,iac->eic", actions.clamp(0.0, 1.0), self.action_effects)
+        else:
+            effects = self.action_effects[self.agent_rows, actions]  # (n_envs, n_agents, 2 + dim_c)
+        force, self.comm = effects[..., :2], effects[..., 2:]  # an agent that does not move gets no force
+        if self.env_id == "simple_spread_v3":
+            force = force + self.contact_forces()
+        self.integrate(force)
+        self.steps = self.steps + 1  # new tensors, not in-place updates: an earlier state_dict() stays as it was
+        relative, dist = self.relative_positions()
+        rewards = self.rewards(relative, dist)
+        final_obs, final_state = self.observe(relative, dist)
+        truncated = (self.steps >= self.max_cycles)[:, None].expand(-1, self.n_agents)
+        terminated = torch.zeros_like(truncated)  # these scenarios end only by truncation
+        obs, state = final_obs, final_state
+        if truncated.any():
+            self.reset_envs(truncated[:, 0])
+            obs, state = self.observe()
+        return StepResult(obs, state, rewards, terminated, truncated, final_obs, final_state)
 
-    def step(self, actions: np.ndarray) -> StepResult:
-        results = self._gather("step", actions)
-        return StepResult(*(np.concatenate(field) for field in zip(*results)))
+    def integrate(self, force: torch.Tensor):
+        """mpe2's `integrate_state`: each agent moves with its old velocity, which is then damped and accelerated by
+        the force (mass 1); landmarks stay where they are."""
+        agents, landmarks = self.pos[:, : self.n_agents], self.pos[:, self.n_agents :]
+        self.pos = torch.cat([agents + self.vel * DT, landmarks], dim=1)
+        self.vel = self.vel * (1 - DAMPING) + force * DT
 
-    def get_states(self) -> list[bytes]:
-        """The state of every env, in order (see `get_env_state`)."""
-        return [state for states in self._gather("get_state") for state in states]
+    def relative_positions(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every entity's position relative to each agent (n_envs, n_agents, n_entities, 2), [.., i, j] = p_j - p_i,
+        and the distances (n_envs, n_agents, n_entities)."""
+        relative = self.pos[:, None] - self.pos[:, : self.n_agents, None]
+        return relative, torch.linalg.vector_norm(relative, dim=-1)
 
-    def set_states(self, states: list[bytes]):
-        self._gather("set_state", np.array(states, dtype=object))
+    def observe(self, relative=None, dist=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Observations (n_envs, n_agents, obs_dim), zero-padded, and the state (n_envs, state_dim): the agents'
+        observations joined, as mpe2's `state()`. Each scenario's `observation` in mpe2's order."""
+        if relative is None:
+            relative, dist = self.relative_positions()
+        N = self.n_agents
+        landmarks = relative[:, :, N:]  # (n_envs, n_agents, n_landmarks, 2)
+        messages = self.comm[:, self.others]  # (n_envs, n_agents, n_agents - 1, dim_c): the other agents'
+        if self.env_id == "simple_speaker_listener_v4":
+            speaker = self.colours[self.goal[:, 0]]  # (n_envs, 3): the colour of the listener's goal landmark
+            listener = torch.cat([self.vel[:, 1], landmarks[:, 1].flatten(1), messages[:, 1, 0]], dim=-1)
+            obs = torch.stack([F.pad(speaker, (0, listener.shape[1] - speaker.shape[1])), listener], dim=1)
+            return obs, torch.cat([speaker, listener], dim=-1)
+        if self.env_id == "simple_reference_v3":  # goal colour: the landmark the other agent should reach
+            parts = [self.vel, landmarks.flatten(2), self.colours[self.goal], messages.flatten(2)]
+        else:  # spread: the nearest K landmarks and other agents with --num-*-neighbors (their messages alike)
+            others = relative[:, self.agent_rows[:, None], self.others]  # (n_envs, n_agents, n_agents - 1, 2)
+            agent_neighbors, landmark_neighbors = self.neighbors
+            if landmark_neighbors is not None:  # mpe2's nearest_entities: sorted by distance, nearest first
+                index = dist[:, :, N:].argsort(dim=-1, stable=True)[..., :landmark_neighbors, None]
+                landmarks = landmarks.take_along_dim(index, dim=2)
+            if agent_neighbors is not None:
+                other_dist = dist[:, self.agent_rows[:, None], self.others]  # (n_envs, n_agents, n_agents - 1)
+                index = other_dist.argsort(dim=-1, stable=True)[..., :agent_neighbors, None]
+                others, messages = others.take_along_dim(index, dim=2), messages.take_along_dim(index, dim=2)
+            parts = [self.vel, self.pos[:, :N], landmarks.flatten(2), others.flatten(2), messages.flatten(2)]
+        obs = torch.cat(parts, dim=-1)
+        return obs, obs.flatten(1)
 
-    def close(self):
-        if self.closed:
-            return
-        self.closed = True
-        for conn in self.conns:
-            try:
-                conn.send(("close", None))
-            except (BrokenPipeError, OSError):
-                pass
-        for p in self.processes:
-            p.join(timeout=1.0)
-            if p.is_alive():
-                p.terminate()
-                p.join()
+    def rewards(self, relative: torch.Tensor, dist: torch.Tensor) -> torch.Tensor:
+        """(n_envs, n_agents): each scenario's `reward`, mixed with its `global_reward` by mpe2's local ratio."""
+        N = self.n_agents
+        if self.env_id == "simple_speaker_listener_v4":  # both: minus the listener's squared distance to the goal
+            to_goal = relative[:, 1, N:].take_along_dim(self.goal[:, :1, None], dim=1)  # (n_envs, 1, 2)
+            return -to_goal.square().sum(dim=-1).expand(-1, N)
+        if self.env_id == "simple_reference_v3":  # own: minus the other agent's distance to this agent's goal
+            own = -dist[:, self.others[:, 0], N:].take_along_dim(self.goal[..., None], dim=2).squeeze(-1)
+            return own.mean(dim=1, keepdim=True) * (1 - LOCAL_RATIO) + own * LOCAL_RATIO
+        # spread: the team's minus the distance of each landmark's nearest agent; own: minus 1 per agent it overlaps
+        team = -dist[:, :, N:].min(dim=1).values.sum(dim=1, keepdim=True)
+        collisions = (dist[:, :, :N] < 2 * SPREAD_AGENT_SIZE).sum(dim=2) - 1  # each agent is at distance 0 from itself
+        return team * (1 - LOCAL_RATIO) - collisions * LOCAL_RATIO
 
-    def __enter__(self):
-        return self
+    def state_dict(self) -> dict:
+        """The world and the generator's state, for a training checkpoint."""
+        return {**{name: getattr(self, name) for name in self.WORLD}, "generator": self.generator.get_state()}
 
-    def __exit__(self, *exc_info):
-        self.close()
+    def load_state_dict(self, state: dict):
+        for name in self.WORLD:
+            setattr(self, name, state[name].to(self.device))
+        self.generator.set_state(state["generator"].cpu())
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -690,10 +716,10 @@ class RolloutBuffer:
     def insert(self, t: int, actions: torch.Tensor, logprobs: torch.Tensor, rewards: torch.Tensor, step: StepResult):
         """Stores what acting on the input at step t gave, and the input of step t + 1."""
         self.actions[t], self.logprobs[t], self.rewards[t] = actions, logprobs, rewards
-        self.terminated[t], self.truncated[t] = torch.from_numpy(step.terminated), torch.from_numpy(step.truncated)
-        self.obs[t + 1], self.state[t + 1] = torch.from_numpy(step.obs), torch.from_numpy(step.state)
-        self.final_obs[t], self.final_state[t] = torch.from_numpy(step.final_obs), torch.from_numpy(step.final_state)
-        self.starts[t + 1] = torch.from_numpy(step.ended)
+        self.terminated[t], self.truncated[t] = step.terminated, step.truncated
+        self.obs[t + 1], self.state[t + 1] = step.obs, step.state
+        self.final_obs[t], self.final_state[t] = step.final_obs, step.final_state
+        self.starts[t + 1] = step.ended
 
     @torch.no_grad()
     def compute_values(self, agent: nn.Module, value_norm):
@@ -828,19 +854,21 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def evaluate(agent: nn.Module, envs: VecEnv, device: torch.device) -> np.ndarray:
-    """One deterministic episode per env; returns each episode's per-agent returns (n_envs, n_agents)."""
-    obs, _ = envs.reset()
-    hidden, _ = agent.initial_hidden(envs.n_envs)
-    starts = torch.ones(envs.n_envs, dtype=torch.bool, device=device)
-    returns = np.zeros((envs.n_envs, len(envs.spec.agents)), dtype=np.float64)
-    finished = np.zeros(envs.n_envs, dtype=bool)
-    while not finished.all():
+def evaluate(agent: nn.Module, envs: list, seed: int, device: torch.device) -> np.ndarray:
+    """One deterministic episode on each mpe2 env, env k reset with `seed + k`, so every evaluation plays the same
+    episodes; returns their per-agent returns (n_envs, n_agents)."""
+    obs = np.stack([reset_env(env, agent.obs_dim, seed + k)[0] for k, env in enumerate(envs)])
+    returns = np.zeros((len(envs), obs.shape[1]))
+    running = np.ones(len(envs), dtype=bool)
+    hidden, _ = agent.initial_hidden(len(envs))
+    starts = torch.ones(len(envs), dtype=torch.bool, device=device)  # the GRUs start from zero
+    while running.any():
         actions, _, hidden = agent.act(torch.from_numpy(obs).to(device), hidden, starts, deterministic=True)
-        step = envs.step(actions.cpu().numpy())
-        returns[~finished] += step.rewards[~finished]
-        finished |= step.ended
-        obs, starts = step.obs, torch.from_numpy(step.ended).to(device)
+        actions, starts = actions.cpu().numpy(), torch.zeros_like(starts)
+        for k in np.flatnonzero(running):
+            obs[k], _, rewards, terminated, truncated = step_env(envs[k], actions[k], agent.obs_dim)
+            returns[k] += rewards
+            running[k] = not (terminated | truncated).all()
     return returns
 
 
@@ -941,20 +969,15 @@ def restore(checkpoint: dict, agent: nn.Module, value_norm, optimizer, path: str
 
 
 def rng_states() -> dict:
-    """The random generators of python, numpy and torch (and CUDA's when there is a GPU), in types that
-    `torch.load(weights_only=True)` reads."""
-    name, key, pos, has_gauss, gauss = np.random.get_state()
-    states = {"python": random.getstate(), "numpy": (name, key.tolist(), pos, has_gauss, gauss)}
-    states["torch"] = torch.get_rng_state()
+    """The states of torch's random generators, which sample the actions and the minibatches (CUDA's too when
+    there is a GPU); the envs keep their own (`BatchedMPE.state_dict`)."""
+    states = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
 
 
 def set_rng_states(states: dict):
-    random.setstate(states["python"])
-    name, key, *rest = states["numpy"]
-    np.random.set_state((name, np.array(key, dtype=np.uint32), *rest))
     torch.set_rng_state(states["torch"].cpu())
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([state.cpu() for state in states["cuda"]])
@@ -963,7 +986,7 @@ def set_rng_states(states: dict):
 # Flags that steer a run without changing what it learns: a resumed run may set them anew.
 RUN_CONTROL_ARGS = frozenset(
     "exp_name cuda track wandb_project_name wandb_entity capture_video save_model eval_checkpoint resume "
-    "checkpoint_interval n_workers total_timesteps eval_interval n_eval_episodes log_interval".split()
+    "checkpoint_interval total_timesteps eval_interval n_eval_episodes log_interval".split()
 )
 
 
@@ -973,6 +996,11 @@ def check_resume(args: Args, checkpoint: dict):
     that has already reached --total-timesteps."""
     if "progress" not in checkpoint:
         raise SystemExit(f"error: {args.resume} holds a model only; --resume takes the checkpoint.pt of a run folder")
+    if "env" not in checkpoint:
+        raise SystemExit(
+            f"error: {args.resume} was written by an earlier version of {checkpoint['script']}, whose envs ran in "
+            "worker processes, and cannot be resumed (--eval-checkpoint still evaluates its model)"
+        )
     run_control = RUN_CONTROL_ARGS - ({"total_timesteps"} if args.linear_lr_decay else set())
     saved = checkpoint["args"]
     differing = [
@@ -1003,7 +1031,7 @@ def range_errors(args) -> list[str]:
             lambda v: v >= 1,
             f"{counts} n_head eval_interval n_eval_episodes log_interval checkpoint_interval",
         ),
-        ("at least 0", lambda v: v >= 0, "seed n_workers ent_coef vf_coef"),
+        ("at least 0", lambda v: v >= 0, "seed ent_coef vf_coef"),
         ("positive", lambda v: v > 0, "lr clip max_grad_norm huber_delta"),
         ("between 0 and 1", lambda v: 0 <= v <= 1, "gamma gae_lambda"),
     ]
@@ -1069,17 +1097,6 @@ def seed_everything(seed: int, torch_deterministic: bool):
     torch.backends.cudnn.deterministic = torch_deterministic
 
 
-@contextlib.contextmanager
-def torch_threads(n: int):
-    """Runs the block with `n` torch threads, then restores the previous count."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 class StopRequest:
     """Turns Ctrl-C (SIGINT) and SIGTERM into a request that the training loop honours at the end of an iteration,
     so that a stopped run still saves consistent weights and ends with one line. A second signal acts at once."""
@@ -1099,21 +1116,28 @@ class StopRequest:
 
 
 class EpisodeReturns:
-    """Per-agent returns of the training envs' episodes; `pop()` gives those ended since the last call."""
+    """Per-agent returns of the training envs' episodes, summed on the device without waiting for it; `pop()` gives
+    the mean of those ended since the last call."""
 
-    def __init__(self, n_envs: int, n_agents: int):
-        self.running = np.zeros((n_envs, n_agents))
-        self.ended = np.zeros((0, n_agents))
+    def __init__(self, n_envs: int, n_agents: int, device: torch.device):
+        self.running = torch.zeros(n_envs, n_agents, device=device)  # of the episodes under way
+        self.ended_sum = torch.zeros(n_agents, device=device)
+        self.ended_count = torch.zeros((), device=device)
 
-    def add(self, rewards: np.ndarray, ended: np.ndarray):
+    def add(self, rewards: torch.Tensor, ended: torch.Tensor):
         self.running += rewards
-        self.ended = np.concatenate([self.ended, self.running[ended]])
-        self.running[ended] = 0.0
+        ended = ended[:, None]  # (n_envs, 1)
+        self.ended_sum += (self.running * ended).sum(dim=0)
+        self.ended_count += ended.sum()
+        self.running *= ~ended
 
-    def pop(self) -> np.ndarray:
-        """(n_episodes, n_agents) returns of the episodes ended since the last call."""
-        ended, self.ended = self.ended, self.ended[:0]
-        return ended
+    def pop(self) -> np.ndarray | None:
+        """(n_agents,) mean returns of the episodes ended since the last call; None if none ended."""
+        count = int(self.ended_count.item())
+        means = (self.ended_sum / max(count, 1)).cpu().numpy()
+        self.ended_sum.zero_()
+        self.ended_count.zero_()
+        return means if count else None
 
 
 @dataclass
@@ -1134,24 +1158,26 @@ class Progress:
         return True
 
 
-def training_state(progress: Progress, buffer: RolloutBuffer, envs: VecEnv, episode_returns: EpisodeReturns) -> dict:
+def training_state(
+    progress: Progress, buffer: RolloutBuffer, envs: BatchedMPE, episode_returns: EpisodeReturns
+) -> dict:
     """What a training checkpoint holds besides the model, taken between iterations: enough to go on exactly as the
     run would have (`resume_training`). The buffer holds the next rollout's first input (and, in a recurrent
     script, the hidden states it starts from)."""
     return {
         "progress": dataclasses.asdict(progress),
         "buffer": vars(buffer),
-        "episode_returns": torch.from_numpy(episode_returns.running),  # of the episodes under way
-        "env_states": envs.get_states(),
+        "episode_returns": episode_returns.running,  # of the episodes under way
+        "env": envs.state_dict(),
         "rng_states": rng_states(),
     }
 
 
-def resume_training(checkpoint: dict, buffer: RolloutBuffer, envs: VecEnv, episode_returns: EpisodeReturns):
+def resume_training(checkpoint: dict, buffer: RolloutBuffer, envs: BatchedMPE, episode_returns: EpisodeReturns):
     """Puts back what `training_state` took; returns the run's `Progress`."""
     vars(buffer).update(checkpoint["buffer"])
-    episode_returns.running = checkpoint["episode_returns"].cpu().numpy()
-    envs.set_states(checkpoint["env_states"])
+    episode_returns.running = checkpoint["episode_returns"]
+    envs.load_state_dict(checkpoint["env"])
     set_rng_states(checkpoint["rng_states"])
     return Progress(**checkpoint["progress"])
 
@@ -1187,17 +1213,18 @@ def log_iteration(
     writer, global_step: int, sps: int, seconds: dict, lr: float, losses: dict, episode_returns: np.ndarray, agents
 ):
     """Writes one iteration's scalars; `seconds` holds the wall-clock time of its rollout (acting, env steps, GAE) and
-    of its update, which show where the time goes (and whether `--cuda` pays off)."""
+    of its update, which show where the time goes (and whether `--cuda` pays off); `episode_returns` the mean
+    per-agent returns (n_agents,) of the episodes that ended in it, None if none did."""
     writer.add_scalar("charts/SPS", sps, global_step)
     for phase, value in seconds.items():
         writer.add_scalar(f"perf/{phase}_ms", 1000 * value, global_step)
     writer.add_scalar("charts/learning_rate", lr, global_step)
     for name, value in losses.items():
         writer.add_scalar(f"losses/{name}", value, global_step)
-    if len(episode_returns):
+    if episode_returns is not None:
         writer.add_scalar("charts/episodic_return", episode_returns.mean(), global_step)
-        writer.add_scalar("charts/team_return", episode_returns.sum(axis=1).mean(), global_step)
-        for name, r in zip(agents, episode_returns.mean(axis=0)):
+        writer.add_scalar("charts/team_return", episode_returns.sum(), global_step)
+        for name, r in zip(agents, episode_returns):
             writer.add_scalar(f"charts/episodic_return_{name}", r, global_step)
 
 
@@ -1219,14 +1246,14 @@ def run_evaluation_only(args: Args, device: torch.device):
     """Test mode: evaluate a saved checkpoint with the environment and model settings it was trained with."""
     checkpoint = load_checkpoint(args.eval_checkpoint, device)
     saved = {k: v for k, v in checkpoint["args"].items() if k in {f.name for f in dataclasses.fields(Args)}}
-    keep = ("eval_checkpoint", "n_eval_episodes", "capture_video", "seed", "cuda", "n_workers")
+    keep = ("eval_checkpoint", "n_eval_episodes", "capture_video", "seed", "cuda")
     args = dataclasses.replace(Args(**saved), **{k: getattr(args, k) for k in keep})
     scenario = scenario_kwargs(args)
     spec = get_env_spec(args.env_id, scenario)
     agent, value_norm, optimizer = build_agent(spec, args, device)
-    restore(checkpoint, agent, value_norm, optimizer, args.eval_checkpoint)  # before any env worker starts
-    with VecEnv(args.env_id, scenario, args.n_eval_episodes, args.n_workers, args.seed + 100_000, "evaluation") as envs:
-        returns = evaluate(agent, envs, device)
+    restore(checkpoint, agent, value_norm, optimizer, args.eval_checkpoint)
+    envs = [make_env(args.env_id, scenario) for _ in range(args.n_eval_episodes)]
+    returns = evaluate(agent, envs, args.seed + 100_000, device)
     per_agent = ", ".join(f"{a} {r:.3f}" for a, r in zip(spec.agents, returns.mean(axis=0)))
     print(
         f"{args.eval_checkpoint} (trained {checkpoint['global_step']} steps on {args.env_id}): eval episodic_return "
@@ -1256,28 +1283,20 @@ def main(args: Args) -> dict:
     checkpoint, resumed_step = None, None
     if args.resume:
         checkpoint = load_checkpoint(args.resume, device)
-        check_resume(args, checkpoint)  # before any env worker starts
+        check_resume(args, checkpoint)
         run_dir, resumed_step = os.path.dirname(os.path.abspath(args.resume)), checkpoint["global_step"]
     run_name = os.path.basename(run_dir)
     T, n_envs = args.episode_length, args.n_rollout_threads
     num_iterations = args.total_timesteps // (T * n_envs)
     scenario, eval_seed = scenario_kwargs(args), args.seed + 100_000  # evaluation never replays training episodes
-    # Acting runs while the env workers take every core, so it gets one torch thread (more would spin-wait
-    # against the workers); the update runs while they idle, so it gets torch's default, one per core.
-    update_threads = torch.get_num_threads()
-    with (
-        StopRequest() as stop,
-        VecEnv(args.env_id, scenario, n_envs, args.n_workers, args.seed, "training") as envs,
-        VecEnv(args.env_id, scenario, args.n_eval_episodes, args.n_workers, eval_seed, "evaluation") as eval_envs,
-        start_logging(run_dir, args, resumed_step) as writer,
-        torch_threads(1),
-    ):
+    envs = BatchedMPE(args.env_id, scenario, n_envs, args.seed, device)  # training: mpe2 batched on the device
+    eval_envs = [make_env(args.env_id, scenario) for _ in range(args.n_eval_episodes)]  # evaluation: mpe2 itself
+    with StopRequest() as stop, start_logging(run_dir, args, resumed_step) as writer:
         agent, value_norm, optimizer = build_agent(envs.spec, args, device)
         buffer = RolloutBuffer(T, n_envs, envs.spec, device, agent.initial_hidden(n_envs))
-        episode_returns = EpisodeReturns(n_envs, len(envs.spec.agents))
+        episode_returns = EpisodeReturns(n_envs, len(envs.spec.agents), device)
         if checkpoint is None:
-            obs, state = envs.reset()
-            buffer.obs[0], buffer.state[0] = torch.from_numpy(obs), torch.from_numpy(state)
+            buffer.obs[0], buffer.state[0] = envs.reset()
             next_step = {"log": args.log_interval, "eval": 0, "checkpoint": args.checkpoint_interval}
             progress = Progress(iteration=0, global_step=0, next_step=next_step)
         else:
@@ -1295,9 +1314,9 @@ def main(args: Args) -> dict:
                 actor_hidden = buffer.actor_hidden
                 for t in range(T):
                     actions, logprobs, actor_hidden = agent.act(buffer.obs[t], actor_hidden, buffer.starts[t])
-                    step = envs.step(actions.cpu().numpy())
+                    step = envs.step(actions)
                     progress.global_step += n_envs
-                    rewards = torch.from_numpy(step.rewards).to(device)
+                    rewards = step.rewards
                     if args.team_reward:  # every agent learns from the team's mean reward
                         rewards = rewards.mean(dim=1, keepdim=True).expand_as(rewards)
                     buffer.insert(t, actions, logprobs, rewards, step)
@@ -1315,10 +1334,9 @@ def main(args: Args) -> dict:
                     args.gae_lambda,
                 )
 
-            # 3. PPO update, on every core
+            # 3. PPO update
             update_start = time.time()
-            with torch_threads(update_threads):
-                losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
+            losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
             seconds = {"rollout": update_start - rollout_start, "update": time.time() - update_start}
             losses["explained_variance"] = explained_variance(buffer.values[:-1], returns)
             buffer.start_next_rollout(actor_hidden)
@@ -1327,15 +1345,14 @@ def main(args: Args) -> dict:
 
             # 4. Log the iteration
             sps = int((global_step - start_step) / (time.time() - start_time))
-            ended_returns = episode_returns.pop()  # (n_episodes, n_agents) of the episodes this rollout ended
+            ended_returns = episode_returns.pop()  # (n_agents,) mean returns of this rollout's episodes, or None
             lr = optimizer.param_groups[0]["lr"]
             log_iteration(writer, global_step, sps, seconds, lr, losses, ended_returns, envs.spec.agents)
 
             # 5. Evaluate the greedy policy, keeping the best model
-            eval_envs.check_workers()  # a dead evaluation worker ends the run now, not at the next evaluation
             last = iteration == num_iterations
             if progress.due("eval", args.eval_interval) or last:
-                progress.eval_return = float(evaluate(agent, eval_envs, device).mean())
+                progress.eval_return = float(evaluate(agent, eval_envs, eval_seed, device).mean())
                 writer.add_scalar("eval/episodic_return", progress.eval_return, global_step)
                 if progress.eval_return > progress.best_eval:
                     progress.best_eval = progress.eval_return
@@ -1346,7 +1363,7 @@ def main(args: Args) -> dict:
                     log_video(frames, f"videos/{run_name}/eval_{global_step}.mp4", writer, global_step)
 
             if progress.due("log", args.log_interval) or last:
-                train_return = ended_returns.mean() if len(ended_returns) else float("nan")
+                train_return = float("nan") if ended_returns is None else ended_returns.mean()
                 total_steps = num_iterations * T * n_envs
                 print(progress_line(global_step, total_steps, sps, train_return, progress.eval_return, losses))
 

@@ -3,9 +3,7 @@
 import dataclasses
 import importlib
 import os
-import random
 import sys
-import time
 import typing
 
 import numpy as np
@@ -28,6 +26,8 @@ from conftest import (  # noqa: E402
 )
 
 import mappo_mpe as m  # noqa: E402
+
+CPU = torch.device("cpu")
 
 SCENARIOS = {
     # env_id: (agents, obs dims, action dims, state dim)
@@ -55,7 +55,6 @@ def tiny_args(**overrides) -> m.Args:
     defaults = dict(
         total_timesteps=200,
         n_rollout_threads=4,
-        n_workers=2,
         n_eval_episodes=2,
         eval_interval=100,
         log_interval=100,
@@ -89,11 +88,8 @@ def test_partial_observability_sizes(agent_neighbors, landmark_neighbors, obs_di
     spec = env_spec(num_agent_neighbors=agent_neighbors, num_landmark_neighbors=landmark_neighbors)
     assert spec.obs_dim == 4 + 2 * landmark_neighbors + 4 * agent_neighbors == obs_dim
     assert spec.state_dim == 3 * obs_dim
-    envs = m.VecEnv(
-        "simple_spread_v3", scenario(num_agent_neighbors=agent_neighbors), 2, n_workers=1, seed=0, role="training"
-    )
-    with envs:
-        obs, state = envs.reset()
+    envs = m.BatchedMPE("simple_spread_v3", scenario(num_agent_neighbors=agent_neighbors), 2, seed=0, device=CPU)
+    obs, state = envs.reset()
     assert obs.shape == (2, 3, 4 + 2 * 3 + 4 * agent_neighbors) and state.shape == (2, 3 * obs.shape[-1])
 
 
@@ -166,83 +162,6 @@ def test_step_env_sends_each_agent_its_own_dimensions_inside_the_box():
     assert len(sent) == 2  # the speaker's 3 dimensions, then the listener's 5: padding is never sent
     np.testing.assert_array_equal(sent[0], np.float32([0.0, 0.3, 1.0]))
     np.testing.assert_array_equal(sent[1], np.float32([1.0, 0.0, 0.25, 1.0, 0.0]))
-
-
-@pytest.mark.parametrize("env_id", SCENARIOS)
-def test_vec_env_shapes_padding_and_auto_reset(env_id):
-    agents, obs_dims, action_dims, state_dim = SCENARIOS[env_id]
-    n_envs, n_agents, max_cycles = 3, len(agents), 4
-    envs = m.VecEnv(env_id, scenario(env_id, max_cycles=max_cycles), n_envs, n_workers=2, seed=0, role="training")
-    try:
-        obs, state = envs.reset()
-        assert obs.shape == (n_envs, n_agents, max(obs_dims)) and obs.dtype == np.float32
-        assert state.shape == (n_envs, state_dim)
-        for i, d in enumerate(obs_dims):  # padding of smaller observations is exactly zero
-            assert np.all(obs[:, i, d:] == 0)
-        # the state is the env's own: the concatenation of the agents' unpadded observations in MPE
-        np.testing.assert_allclose(
-            state, np.concatenate([obs[:, i, :d] for i, d in enumerate(obs_dims)], axis=1), rtol=1e-6
-        )
-        actions = np.zeros((n_envs, n_agents), dtype=np.int64)
-        for t in range(max_cycles):
-            step = envs.step(actions)
-            assert step.obs.shape == obs.shape and step.state.shape == state.shape
-            assert step.rewards.shape == step.terminated.shape == step.truncated.shape == (n_envs, n_agents)
-            assert (step.rewards.dtype, step.terminated.dtype, step.truncated.dtype) == (np.float32, bool, bool)
-            assert not step.terminated.any()
-            last = t == max_cycles - 1
-            assert step.truncated.all() == last and step.truncated.any() == last
-            if not last:
-                assert np.all(step.final_obs == 0) and np.all(step.final_state == 0)
-                previous = step
-        # the final observation is the one after the last step, the returned one starts a new episode
-        assert np.any(step.final_obs != 0) and np.any(step.final_state != 0)
-        assert not np.allclose(step.final_obs, step.obs)
-        assert np.abs(step.final_obs - previous.obs).max() < 1.0  # one step of motion, not a reset
-    finally:
-        envs.close()
-
-
-def test_vec_env_seeding_is_per_env_and_repeatable():
-    a = m.VecEnv("simple_spread_v3", scenario(), 4, n_workers=2, seed=7, role="training")
-    b = m.VecEnv("simple_spread_v3", scenario(), 4, n_workers=1, seed=7, role="training")
-    try:
-        obs_a, _ = a.reset()
-        obs_b, _ = b.reset()
-        np.testing.assert_array_equal(obs_a, obs_b)  # independent of how envs are split over workers
-        assert not np.allclose(obs_a[0], obs_a[1])
-    finally:
-        a.close()
-        b.close()
-
-
-def test_dead_worker_raises_quickly():
-    envs = m.VecEnv("simple_spread_v3", scenario(), 4, n_workers=2, seed=0, role="training")
-    envs.reset()
-    envs.processes[1].kill()
-    start = time.time()
-    with pytest.raises(SystemExit, match=r"^error: training env worker 1 died \(exit code -9\)$"):
-        envs.step(np.zeros((4, 3), dtype=np.int64))
-    assert time.time() - start < 5
-    assert not any(p.is_alive() for p in envs.processes)
-
-
-def test_worker_error_is_reported():
-    envs = m.VecEnv("simple_spread_v3", scenario(), 2, n_workers=1, seed=0, role="training")
-    envs.reset()
-    message = "^error: training env worker 0 failed: ValueError: action 99 of agent_0 is not one of the 5 actions$"
-    with pytest.raises(SystemExit, match=message):
-        envs.step(np.full((2, 3), 99, dtype=np.int64))  # not an action of Discrete(5)
-    assert not any(p.is_alive() for p in envs.processes)
-
-
-def test_non_finite_continuous_action_is_reported():
-    spec = env_spec("simple_speaker_listener_v4", continuous_actions=True)
-    actions = np.zeros((2, 2, 5), dtype=np.float32)
-    m.check_actions(actions + 7.0, spec)  # finite values outside the box are clipped, not refused
-    actions[1, 1, 2] = np.nan
-    with pytest.raises(ValueError, match=r"action \[ 0.  0. nan  0.  0.\] of listener_0 is not finite"):
-        m.check_actions(actions, spec)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -530,29 +449,30 @@ def test_checkpoint_round_trip_gives_identical_actions(tmp_path, continuous):
     assert checkpoint["args"]["continuous_actions"] is continuous
 
 
-def test_dead_evaluation_worker_is_noticed_between_evaluations():
-    envs = m.VecEnv("simple_spread_v3", scenario(), 2, n_workers=1, seed=0, role="evaluation")
-    envs.check_workers()  # all alive: nothing happens
-    envs.processes[0].kill()
-    envs.processes[0].join()
-    with pytest.raises(SystemExit, match=r"^error: evaluation env worker 0 died \(exit code -9\)$"):
-        envs.check_workers()
-
-
-def test_workers_leave_quietly_when_the_main_process_is_gone():
-    """A worker whose pipe closes (its main process was killed) exits without a traceback."""
-    import multiprocessing as mp
-
-    parent_conn, child_conn = mp.Pipe()
-    spec = env_spec()
-    worker = mp.Process(target=m.env_worker, args=(child_conn, parent_conn, "simple_spread_v3", scenario(), [0], spec))
-    worker.start()
-    child_conn.close()
-    parent_conn.send(("reset", None))
-    assert parent_conn.recv()[0] == "ok"
-    parent_conn.close()  # what the kernel does when the main process dies
-    worker.join(timeout=10)
-    assert worker.exitcode == 0
+def test_evaluation_plays_mpe2_itself():
+    """Every evaluation number comes from mpe2: each episode's per-agent returns are those of mpe2's own parallel
+    env reset with seed + k and stepped with the greedy actions."""
+    torch.manual_seed(0)
+    env_id, agents = "simple_speaker_listener_v4", ["speaker_0", "listener_0"]
+    spec = env_spec(env_id)
+    agent = m.Agent(spec, m.Args(env_id=env_id, separate_actors=True))
+    for actor in agent.actors:  # logits far from uniform, so that the greedy actions vary
+        torch.nn.init.normal_(actor[-1].weight, std=1.0)
+    returns = m.evaluate(agent, [m.make_env(env_id, scenario(env_id)) for _ in range(3)], 10, CPU)
+    assert returns.shape == (3, 2)
+    for k in range(3):
+        env = importlib.import_module(f"mpe2.{env_id}").parallel_env(max_cycles=25)
+        observations, _ = env.reset(seed=10 + k)
+        expected = np.zeros(2)
+        while env.agents:
+            obs = torch.zeros(1, 2, spec.obs_dim)
+            for i, a in enumerate(agents):
+                obs[0, i, : len(observations[a])] = torch.from_numpy(observations[a])
+            actions, _ = agent.act(obs, deterministic=True)
+            observations, rewards, *_ = env.step({a: int(actions[0, i]) for i, a in enumerate(agents)})
+            expected += [rewards[a] for a in agents]
+        np.testing.assert_allclose(returns[k], expected, rtol=1e-5)
+    assert len(set(returns[:, 0])) == 3  # three different episodes
 
 
 def test_mpe2_envs_do_not_hold_a_drawing_surface_unless_they_render():
@@ -560,37 +480,14 @@ def test_mpe2_envs_do_not_hold_a_drawing_surface_unless_they_render():
     assert m.make_env("simple_spread_v3", scenario(), render_mode="rgb_array").screen is not None
 
 
-@pytest.mark.parametrize("env_id,continuous", [("simple_spread_v3", False), ("simple_speaker_listener_v4", True)])
-def test_an_env_state_restored_elsewhere_goes_on_identically(env_id, continuous):
-    """Mid-episode, then through the truncation at step 25 and the reset that draws a new episode."""
-    kwargs = m.scenario_kwargs(m.Args(env_id=env_id, continuous_actions=continuous))
-    spec = m.get_env_spec(env_id, kwargs)
-    source, copy = m.make_env(env_id, kwargs), m.make_env(env_id, kwargs)
-    m.reset_env(source, spec.obs_dim, seed=3)
-    m.reset_env(copy, spec.obs_dim, seed=4)
-    rng = np.random.default_rng(0)
-    draw = lambda: rng.random((2, spec.action_dim)) if continuous else rng.integers(spec.avail_actions.sum(axis=1))  # noqa: E731
-    for _ in range(10):
-        m.step_env(source, draw(), spec.obs_dim)
-    m.set_env_state(copy, m.get_env_state(source))
-    for _ in range(40):
-        actions = draw()
-        outputs = [m.step_env(env, actions, spec.obs_dim) for env in (source, copy)]
-        for a, b in zip(*outputs):
-            np.testing.assert_array_equal(a, b)
-        if (outputs[0][3] | outputs[0][4]).all():
-            obs = [m.reset_env(env, spec.obs_dim)[0] for env in (source, copy)]
-            np.testing.assert_array_equal(*obs)
-
-
 def test_random_generator_states_survive_a_weights_only_checkpoint(tmp_path):
     m.seed_everything(5, True)
     torch.save(m.rng_states(), tmp_path / "rng.pt")
-    expected = (random.random(), np.random.rand(3), torch.rand(3))
+    expected = (torch.rand(3), torch.randperm(10))
     m.seed_everything(6, True)
     m.set_rng_states(torch.load(tmp_path / "rng.pt", weights_only=True))
-    again = (random.random(), np.random.rand(3), torch.rand(3))
-    assert again[0] == expected[0] and np.array_equal(again[1], expected[1]) and torch.equal(again[2], expected[2])
+    again = (torch.rand(3), torch.randperm(10))
+    assert torch.equal(again[0], expected[0]) and torch.equal(again[1], expected[1])
 
 
 def test_a_checkpoint_write_that_fails_leaves_the_previous_one_intact(tmp_path, monkeypatch):
@@ -688,7 +585,7 @@ def test_every_numeric_flag_out_of_range_is_a_one_line_error(script):
     """-1 is invalid for every numeric flag of every script; so are gamma and lambda above 1, and NaN."""
     module = importlib.import_module(script)
     numeric = [f.name for f in dataclasses.fields(module.Args) if f.type in (int, float, int | None)]
-    assert {"lr", "gamma", "clip", "ppo_epoch", "n_workers", "seed", "total_timesteps"} <= set(numeric)
+    assert {"lr", "gamma", "clip", "ppo_epoch", "seed", "total_timesteps"} <= set(numeric)
     invalid = [(name, -1) for name in numeric] + [("gamma", 1.5), ("gae_lambda", 1.01), ("lr", float("nan"))]
     for name, value in invalid:
         with pytest.raises(SystemExit) as e:
@@ -708,9 +605,7 @@ def test_cuda_request_without_gpu_falls_back_to_cpu(capsys):
 def test_same_seed_gives_identical_first_update(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = tiny_args(total_timesteps=100)  # exactly one rollout and one update
-    threads = torch.get_num_threads()
     first = m.main(args)
-    assert torch.get_num_threads() == threads  # acting's single thread does not leak out of main()
     second = m.main(args)
     assert first["global_step"] == second["global_step"] == 100
     assert first["losses"] == second["losses"]
@@ -725,7 +620,7 @@ def test_log_iteration_writes_the_rollout_and_update_times_in_ms():
         def add_scalar(self, tag, value, step):
             scalars[tag] = (step, value)
 
-    returns = np.array([[-3.0, -5.0], [-1.0, -3.0]])  # (n_episodes, n_agents)
+    returns = np.array([-2.0, -4.0])  # (n_agents,) mean returns of the episodes that ended
     seconds = {"rollout": 0.25, "update": 0.125}
     m.log_iteration(Writer(), 800, 3200, seconds, 7e-4, {"value_loss": 0.5}, returns, ["agent_0", "agent_1"])
     assert scalars["perf/rollout_ms"] == (800, 250.0) and scalars["perf/update_ms"] == (800, 125.0)
@@ -765,7 +660,7 @@ def test_sigterm_stops_like_ctrl_c(tmp_path, stop_script):
     assert code == 143 and err == "" and out.splitlines()[-1].startswith("stopped by SIGTERM at step ")
 
 
-def test_ctrl_c_and_a_killed_worker_end_the_run_with_one_line(tmp_path, stop_script):
+def test_ctrl_c_ends_the_run_with_one_line(tmp_path, stop_script):
     assert_stops_cleanly(stop_script, tmp_path)
 
 

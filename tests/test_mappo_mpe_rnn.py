@@ -131,8 +131,7 @@ def collect(agent, envs, buffer, T: int, first_rollout: bool):
     """Acts for T steps as main() does; alongside, steps the critic one step at a time from its hidden state,
     which gives the reference values and final values (the values "computed while acting")."""
     if first_rollout:
-        obs, state = envs.reset()
-        buffer.obs[0], buffer.state[0] = torch.from_numpy(obs), torch.from_numpy(state)
+        buffer.obs[0], buffer.state[0] = envs.reset()
     actor_hidden, critic_hidden = buffer.actor_hidden, buffer.critic_hidden
     values, final_values, actor_hiddens = [], [], []
     one_step = lambda x: x.unsqueeze(0)  # noqa: E731
@@ -144,8 +143,8 @@ def collect(agent, envs, buffer, T: int, first_rollout: bool):
         values.append(value[0])
         actions, logprobs, actor_hidden = agent.act(buffer.obs[t], actor_hidden, buffer.starts[t])
         actor_hiddens.append(actor_hidden)
-        step = envs.step(actions.numpy())
-        buffer.insert(t, actions, logprobs, torch.from_numpy(step.rewards), step)
+        step = envs.step(actions)
+        buffer.insert(t, actions, logprobs, step.rewards, step)
         no_start = torch.zeros(1, envs.n_envs, dtype=torch.bool)
         final = agent.get_value(one_step(buffer.final_obs[t]), one_step(buffer.final_state[t]), critic_hidden, no_start)
         final_values.append(final[0][0])
@@ -172,30 +171,27 @@ def test_replay_reproduces_acting_across_episode_starts(state_type, separate_act
     )
     T, n_envs = 20, 4
     env_scenario = scenario(max_cycles=7, continuous_actions=continuous)
-    envs = m.VecEnv("simple_spread_v3", env_scenario, n_envs, n_workers=1, seed=0, role="training")
+    envs = m.BatchedMPE("simple_spread_v3", env_scenario, n_envs, seed=0, device=CPU)
     agent, value_norm, _ = m.build_agent(envs.spec, args, CPU)
     randomize(agent)
     buffer = m.RolloutBuffer(T, n_envs, envs.spec, CPU, agent.initial_hidden(n_envs))
-    with envs:
-        for rollout in range(2):
-            if rollout == 1:
-                assert buffer.actor_hidden.abs().sum() > 0 and buffer.critic_hidden.abs().sum() > 0
-                assert not buffer.starts[0].any()  # 20 is not a multiple of 7: mid-episode
-            values, final_values, actor_hidden = collect(agent, envs, buffer, T, first_rollout=rollout == 0)
-            start_times = [7, 14] if rollout == 0 else [1, 8, 15]  # global steps 7, 14, 21, 28, 35
-            assert torch.nonzero(buffer.starts[1:].all(dim=1)).flatten().add(1).tolist() == start_times
-            with torch.no_grad():
-                dist, _ = agent.get_dist(buffer.obs[:-1], buffer.actor_hidden, buffer.starts[:-1])
-                torch.testing.assert_close(dist.log_prob(buffer.actions), buffer.logprobs, atol=1e-5, rtol=0)
-                replayed, _ = agent.get_value(
-                    buffer.obs[:-1], buffer.state[:-1], buffer.critic_hidden, buffer.starts[:-1]
-                )
-                torch.testing.assert_close(replayed, values[:-1], atol=1e-5, rtol=0)
-            buffer.compute_values(agent, value_norm)
-            torch.testing.assert_close(buffer.values, values, atol=1e-5, rtol=0)
-            ended = buffer.truncated.all(dim=2)
-            torch.testing.assert_close(buffer.final_values[ended], final_values[ended], atol=1e-5, rtol=0)
-            buffer.start_next_rollout(actor_hidden)
+    for rollout in range(2):
+        if rollout == 1:
+            assert buffer.actor_hidden.abs().sum() > 0 and buffer.critic_hidden.abs().sum() > 0
+            assert not buffer.starts[0].any()  # 20 is not a multiple of 7: mid-episode
+        values, final_values, actor_hidden = collect(agent, envs, buffer, T, first_rollout=rollout == 0)
+        start_times = [7, 14] if rollout == 0 else [1, 8, 15]  # global steps 7, 14, 21, 28, 35
+        assert torch.nonzero(buffer.starts[1:].all(dim=1)).flatten().add(1).tolist() == start_times
+        with torch.no_grad():
+            dist, _ = agent.get_dist(buffer.obs[:-1], buffer.actor_hidden, buffer.starts[:-1])
+            torch.testing.assert_close(dist.log_prob(buffer.actions), buffer.logprobs, atol=1e-5, rtol=0)
+            replayed, _ = agent.get_value(buffer.obs[:-1], buffer.state[:-1], buffer.critic_hidden, buffer.starts[:-1])
+            torch.testing.assert_close(replayed, values[:-1], atol=1e-5, rtol=0)
+        buffer.compute_values(agent, value_norm)
+        torch.testing.assert_close(buffer.values, values, atol=1e-5, rtol=0)
+        ended = buffer.truncated.all(dim=2)
+        torch.testing.assert_close(buffer.final_values[ended], final_values[ended], atol=1e-5, rtol=0)
+        buffer.start_next_rollout(actor_hidden)
 
 
 def test_evaluation_and_video_reset_the_hidden_state_at_the_episode_start(monkeypatch):
@@ -212,8 +208,8 @@ def test_evaluation_and_video_reset_the_hidden_state_at_the_episode_start(monkey
         return actions, logprobs, next_hidden
 
     monkeypatch.setattr(agent, "act", spy)
-    with m.VecEnv("simple_spread_v3", scenario(max_cycles=4), 3, n_workers=1, seed=0, role="training") as envs:
-        m.evaluate(agent, envs, CPU)
+    envs = [m.make_env("simple_spread_v3", scenario(max_cycles=4)) for _ in range(3)]
+    m.evaluate(agent, envs, 0, CPU)
     m.record_episode(agent, m.Args(max_cycles=4), CPU, seed=0)
     assert len(calls) == 8  # 4 steps of evaluation, 4 of the video
     for episode in (calls[:4], calls[4:]):
@@ -328,7 +324,7 @@ def test_continuous_actions_save_model_then_test_mode_with_video(tmp_path, run_s
     save_then_test_mode(run_script, tmp_path, "--continuous-actions")
 
 
-def test_ctrl_c_and_a_killed_worker_end_the_run_with_one_line(tmp_path, stop_script):
+def test_ctrl_c_ends_the_run_with_one_line(tmp_path, stop_script):
     assert_stops_cleanly(stop_script, tmp_path)
 
 

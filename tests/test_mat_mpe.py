@@ -200,17 +200,14 @@ def test_encoder_follows_a_shuffled_agent_order():
 
 
 @pytest.mark.parametrize("env_id", SCENARIOS)
-def test_vec_env_shapes(env_id):
+def test_batched_env_shapes(env_id):
     n_agents, obs_dim, _, action_dims = SCENARIOS[env_id]
-    envs = m.VecEnv(env_id, scenario(env_id, max_cycles=2), 3, n_workers=2, seed=0, role="training")
-    try:
-        obs, _ = envs.reset()
-        assert obs.shape == (3, n_agents, obs_dim)
-        for _ in range(2):
-            step = envs.step(np.zeros((3, n_agents), dtype=np.int64))
-        assert step.truncated.all() and step.final_obs.shape == (3, n_agents, obs_dim)
-    finally:
-        envs.close()
+    envs = m.BatchedMPE(env_id, scenario(env_id, max_cycles=2), 3, seed=0, device=torch.device("cpu"))
+    obs, _ = envs.reset()
+    assert obs.shape == (3, n_agents, obs_dim)
+    for _ in range(2):
+        step = envs.step(torch.zeros((3, n_agents), dtype=torch.long))
+    assert step.truncated.all() and step.final_obs.shape == (3, n_agents, obs_dim)
     np.testing.assert_array_equal(envs.spec.avail_actions.sum(axis=1), action_dims)
 
 
@@ -331,7 +328,7 @@ def test_continuous_actions_save_model_then_test_mode_with_video(tmp_path, run_s
     save_then_test_mode(run_script, tmp_path, "--continuous-actions")
 
 
-def test_ctrl_c_and_a_killed_worker_end_the_run_with_one_line(tmp_path, stop_script):
+def test_ctrl_c_ends_the_run_with_one_line(tmp_path, stop_script):
     assert_stops_cleanly(stop_script, tmp_path)
 
 

@@ -215,7 +215,7 @@ def test_continuous_actions_save_model_then_test_mode_with_video(tmp_path, run_s
     save_then_test_mode(run_script, tmp_path, "--continuous-actions")
 
 
-def test_ctrl_c_and_a_killed_worker_end_the_run_with_one_line(tmp_path, stop_script):
+def test_ctrl_c_ends_the_run_with_one_line(tmp_path, stop_script):
     assert_stops_cleanly(stop_script, tmp_path)
 
 

@@ -51,7 +51,7 @@ SHARED = sorted({n for s in SOURCES.values() for n in s if sum(n in s for s in S
 def test_the_scripts_share_their_plumbing():
     """Guards the test itself: with at least two scripts, the shared names include the whole env section."""
     assert len(SOURCES) >= 2
-    assert {"make_env", "step_env", "VecEnv", "compute_gae", "ValueNorm", "load_checkpoint"} <= set(SHARED)
+    assert {"make_env", "step_env", "BatchedMPE", "compute_gae", "ValueNorm", "load_checkpoint"} <= set(SHARED)
 
 
 @pytest.mark.parametrize("name", SHARED)
