@@ -5,8 +5,9 @@ representations and values, a decoder emits the agents' actions one after anothe
 actions already chosen. Acting decodes agent by agent with a key/value cache (cost linear in the agents);
 training scores all agents' actions in one teacher-forced pass.
 
-Read top to bottom: arguments, vectorized environments, networks, value normalization, rollout buffer
-and GAE, the PPO update, evaluation and checkpoints, then the training loop in `main()`.
+Read top to bottom: the arguments, then the algorithm (networks, value normalization, rollout buffer and GAE,
+the PPO update), then the training loop in `main()`. What follows `main()` is plumbing: the environments (mpe2's
+scenarios batched in torch for training, mpe2 itself for evaluation), checkpoints, argument checks, logging.
 
     python mat_mpe.py                                     # simple_spread_v3, 3 agents
     python mat_mpe.py --preset tuned                      # spread with the settings tuned on mpe2
@@ -14,10 +15,12 @@ and GAE, the PPO update, evaluation and checkpoints, then the training loop in `
     python mat_mpe.py --eval-checkpoint runs/<run_name>/model.pt --capture-video
 """
 
+from __future__ import annotations
+
+import contextlib
 import dataclasses
 import importlib.util
 import os
-import random
 import signal
 import time
 from dataclasses import dataclass
@@ -146,308 +149,6 @@ def parse_args(argv: list[str] | None = None) -> Args:
     that preset's settings for that scenario, which every flag given then overrides."""
     chosen, _ = tyro.cli(Args, args=argv, return_unknown_args=True, add_help=False)
     return tyro.cli(Args, args=argv, default=dataclasses.replace(Args(), **PRESETS[chosen.preset][chosen.env_id]))
-
-
-# ----------------------------------------------------------------------------------------------------
-# Environments: mpe2 itself for evaluation and video, the same scenarios batched in torch for training
-# ----------------------------------------------------------------------------------------------------
-
-
-class EnvSpec(NamedTuple):
-    agents: list[str]
-    obs_dim: int  # largest agent observation; smaller ones are zero-padded
-    action_dim: int  # largest agent action space (discrete) or action vector (continuous)
-    state_dim: int
-    avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's actions or action dimensions
-    continuous: bool  # Box(0, 1) action vectors, zero-padded to action_dim, instead of discrete actions
-
-
-def scenario_kwargs(args: Args) -> dict:
-    """Keyword arguments of the mpe2 scenario: the episode length, the action type, and on simple_spread_v3 the
-    team size and how many agents and landmarks each agent observes."""
-    kwargs = dict(max_cycles=args.max_cycles, continuous_actions=args.continuous_actions)
-    if args.env_id == "simple_spread_v3":
-        kwargs.update(
-            N=args.n_agents,
-            num_agent_neighbors=args.num_agent_neighbors,
-            num_landmark_neighbors=args.num_landmark_neighbors,
-        )
-    return kwargs
-
-
-def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
-    """mpe2's raw AEC env, stepped by `reset_env` and `step_env` rather than through PettingZoo's parallel
-    wrapper: the same dynamics, without wrappers that check every call and without observing each agent several
-    times per step (see `step_env`)."""
-    module = importlib.import_module(f"mpe2.{env_id}")
-    env = module.raw_env(**scenario, render_mode=render_mode)
-    if render_mode is None:
-        env.screen = None  # frees the 700x700 drawing surface (~2 MB) every mpe2 env holds; only render() uses it
-    return env
-
-
-def action_size(env, agent: str) -> int:
-    """Number of discrete actions, or length of the action vector, of one agent."""
-    space = env.action_space(agent)
-    return space.shape[0] if env.continuous_actions else int(space.n)
-
-
-def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
-    env = make_env(env_id, scenario)
-    agents = list(env.possible_agents)
-    obs_dims = [env.observation_space(a).shape[0] for a in agents]
-    action_dims = [action_size(env, a) for a in agents]
-    avail = np.zeros((len(agents), max(action_dims)), dtype=bool)
-    for i, n in enumerate(action_dims):
-        avail[i, :n] = True
-    env.reset(seed=0)
-    spec = EnvSpec(agents, max(obs_dims), max(action_dims), env.state().shape[0], avail, env.continuous_actions)
-    env.close()
-    return spec
-
-
-def observe_env(env, obs_dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """Observations (n_agents, obs_dim) float32, zero-padded for agents with smaller ones, and the global state.
-    mpe2's `state()` is the concatenation of all agents' observations, so it is joined from the ones just read
-    instead of observing every agent again."""
-    agent_obs = [env.observe(a) for a in env.possible_agents]
-    obs = np.zeros((len(agent_obs), obs_dim), dtype=np.float32)
-    for i, o in enumerate(agent_obs):
-        obs[i, : o.shape[0]] = o
-    return obs, np.concatenate(agent_obs)
-
-
-def reset_env(env, obs_dim: int, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    env.reset(seed=seed)
-    return observe_env(env, obs_dim)
-
-
-def step_env(env, actions: np.ndarray, obs_dim: int) -> tuple[np.ndarray, ...]:
-    """One simultaneous step of all agents: in the AEC env each agent acts in turn and the world moves after the
-    last one. Returns obs, state, rewards, terminated, truncated, as a step of mpe2's `parallel_env` followed by
-    `state()` would, but reads each observation once (the wrapper observes each agent before its action, and
-    `state()` observes all of them again).
-
-    Continuous actions come as zero-padded vectors (n_agents, action_dim): each agent gets its own dimensions,
-    clipped into its box [0, 1] here, because the raw env has no clipping wrapper (the rollout buffer keeps the
-    unclipped sample, whose log-probability the PPO ratio needs)."""
-    for agent, action in zip(env.possible_agents, actions):
-        if env.continuous_actions:
-            env.step(np.clip(action[: action_size(env, agent)], 0.0, 1.0))
-        else:
-            env.step(int(action))
-    agents = env.possible_agents
-    obs, state = observe_env(env, obs_dim)
-    rewards = np.array([env.rewards[a] for a in agents], dtype=np.float32)
-    terminated = np.array([env.terminations[a] for a in agents])
-    truncated = np.array([env.truncations[a] for a in agents])
-    return obs, state, rewards, terminated, truncated
-
-
-class StepResult(NamedTuple):
-    obs: torch.Tensor  # (n_envs, n_agents, obs_dim), already reset where an episode ended
-    state: torch.Tensor  # (n_envs, state_dim)
-    rewards: torch.Tensor  # (n_envs, n_agents)
-    terminated: torch.Tensor  # (n_envs, n_agents) bool
-    truncated: torch.Tensor  # (n_envs, n_agents) bool
-    final_obs: torch.Tensor  # (n_envs, n_agents, obs_dim): before the reset; the last obs of an ended episode
-    final_state: torch.Tensor  # (n_envs, state_dim): likewise
-
-    @property
-    def ended(self) -> torch.Tensor:
-        """(n_envs,) bool: the env's episode is over for every agent (and the env was reset)."""
-        return (self.terminated | self.truncated).all(dim=1)
-
-
-# mpe2's world constants (_mpe_utils/core.py and simple_env.py): time step, damping, action force scale, contact force
-DT, DAMPING, SENSITIVITY, CONTACT_FORCE, CONTACT_MARGIN = 0.1, 0.25, 5.0, 100.0, 1e-3
-LOCAL_RATIO = 0.5  # mpe2's default weight of the agent's own reward against the team's (spread and reference)
-SPREAD_AGENT_SIZE = 0.15  # spread's agents touch, collide and push each other when closer than twice this
-MOVES = [[0.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, -1.0], [0.0, 1.0]]  # discrete move: none, -x, +x, -y, +y
-
-
-class BatchedMPE:
-    """`n_envs` copies of an mpe2 scenario held as tensors on `device` and stepped together with mpe2's arithmetic
-    (its `World.step`, `_set_action` and the scenario's observation and reward, read from mpe2 1.1.1; the tests
-    step both from the same world state and compare every output). Episodes that end are reset in place.
-
-    The world is a few tensors, agents first among the entities: positions `pos` (n_envs, n_agents + n_landmarks,
-    2), velocities `vel` and messages `comm` of the agents, each agent's goal landmark `goal` (speaker-listener and
-    reference) and the episode's step count `steps`. Resets draw from a CPU generator seeded with `seed`, not from
-    mpe2's stream, so a run sees the same episodes on every device."""
-
-    WORLD = ("pos", "vel", "comm", "goal", "steps")
-
-    def __init__(self, env_id: str, scenario: dict, n_envs: int, seed: int, device: torch.device):
-        self.spec = get_env_spec(env_id, scenario)
-        self.env_id, self.n_envs, self.device = env_id, n_envs, device
-        self.max_cycles, self.continuous = scenario["max_cycles"], scenario["continuous_actions"]
-        self.n_agents = n_agents = len(self.spec.agents)
-        # Each scenario's world (mpe2's make_world): who moves, who speaks and how long a message is, the landmarks
-        # and the colours an agent sees of its goal landmark.
-        self.neighbors = (None, None)  # nearest other agents and landmarks observed (spread only; None: all)
-        if env_id == "simple_spread_v3":
-            self.n_landmarks, self.dim_c, movable, speaks = n_agents, 2, [True] * n_agents, [False] * n_agents
-            self.neighbors = (scenario["num_agent_neighbors"], scenario["num_landmark_neighbors"])
-            colours = []  # no goals
-        elif env_id == "simple_speaker_listener_v4":  # the speaker only speaks, the listener only moves
-            self.n_landmarks, self.dim_c, movable, speaks = 3, 3, [False, True], [True, False]
-            colours = [[0.65, 0.15, 0.15], [0.15, 0.65, 0.15], [0.15, 0.15, 0.65]]
-        else:  # simple_reference_v3: both move and speak
-            self.n_landmarks, self.dim_c, movable, speaks = 3, 10, [True, True], [True, True]
-            colours = [[0.75, 0.25, 0.25], [0.25, 0.75, 0.25], [0.25, 0.25, 0.75]]
-        self.colours = torch.tensor(colours, device=device)
-        self.others = torch.tensor([[k for k in range(n_agents) if k != i] for i in range(n_agents)], device=device)
-        self.agent_rows = torch.arange(n_agents, device=device)
-        self.action_effects = self.action_table(movable, speaks).to(device)
-        zeros = lambda *shape, dtype=None: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
-        self.pos = zeros(n_envs, n_agents + self.n_landmarks, 2)
-        self.vel = zeros(n_envs, n_agents, 2)
-        self.comm = zeros(n_envs, n_agents, self.dim_c)
-        self.goal = zeros(n_envs, n_agents, dtype=torch.long)
-        self.steps = zeros(n_envs, dtype=torch.long)
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def action_table(self, movable: list[bool], speaks: list[bool]) -> torch.Tensor:
-        """What each agent's action does, as mpe2's `_execute_world_step` and `_set_action` read it: per agent, a
-        table (n_agents, n_actions, 2 + dim_c) of [force, message] for each discrete action, or the matrix
-        (n_agents, action_dim, 2 + dim_c) that maps an action vector to them. A moving agent's action holds a move
-        (discrete: none, -x, +x, -y, +y; continuous: force (a2 - a1, a4 - a3)) times the sensitivity 5, then, if it
-        also speaks, its message (discrete: move + 5 * message, a one-hot of dim_c; continuous: the dim_c values
-        after the 5 move dimensions); an agent that does not move only speaks."""
-        table = torch.zeros(self.n_agents, self.spec.action_dim, 2 + self.dim_c)
-        for i in range(self.n_agents):
-            n_moves = 5 if movable[i] else 0
-            if self.continuous:
-                if movable[i]:
-                    table[i, [2, 1, 4, 3], [0, 0, 1, 1]] = torch.tensor([1.0, -1.0, 1.0, -1.0]) * SENSITIVITY
-                if speaks[i]:
-                    table[i, n_moves + torch.arange(self.dim_c), 2 + torch.arange(self.dim_c)] = 1.0
-                continue
-            for action in range(int(self.spec.avail_actions[i].sum())):
-                move, message = divmod(action, n_moves)[::-1] if movable[i] else (0, action)
-                table[i, action, :2] = torch.tensor(MOVES[move]) * SENSITIVITY
-                if speaks[i]:
-                    table[i, action, 2 + message] = 1.0
-        return table
-
-    def reset(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Starts a new episode in every env; returns obs (n_envs, n_agents, obs_dim) and state (n_envs, state_dim)."""
-        self.reset_envs(torch.ones(self.n_envs, dtype=torch.bool, device=self.device))
-        return self.observe()
-
-    def reset_envs(self, envs: torch.Tensor):
-        """New episodes in the envs marked in `envs` (n_envs,) bool, as mpe2's `reset_world`: agents and landmarks
-        uniform in [-1, 1]^2, at rest and silent, each agent's goal one of the landmarks, uniformly."""
-        pos = torch.rand(self.pos.shape, generator=self.generator) * 2 - 1
-        goal = torch.randint(self.n_landmarks, self.goal.shape, generator=self.generator)
-        keep = ~envs[:, None, None]
-        self.pos = torch.where(keep, self.pos, pos.to(self.device))
-        self.vel, self.comm = self.vel * keep, self.comm * keep
-        self.goal = torch.where(keep[:, 0], self.goal, goal.to(self.device))
-        self.steps = self.steps * keep[:, 0, 0]
-
-    def contact_forces(self) -> torch.Tensor:
-        """(n_envs, n_agents, 2): the sum of mpe2's soft contact forces on each agent from every other one (spread),
-        applied at any distance and negligible once they are apart."""
-        agents = self.pos[:, : self.n_agents]
-        delta = agents[:, :, None] - agents[:, None]  # (n_envs, n_agents, n_agents, 2): p_i - p_k
-        dist = torch.linalg.vector_norm(delta, dim=-1, keepdim=True)
-        penetration = F.softplus(-(dist - 2 * SPREAD_AGENT_SIZE) / CONTACT_MARGIN) * CONTACT_MARGIN
-        forces = CONTACT_FORCE * penetration / dist * delta  # NaN for an agent and itself (0 / 0)
-        return forces.nan_to_num_(0.0).sum(dim=2)
-
-    def step(self, actions: torch.Tensor) -> StepResult:
-        """One step of every env with actions (n_envs, n_agents), or (n_envs, n_agents, action_dim) zero-padded
-        vectors clipped into the box [0, 1] here (the rollout buffer keeps the unclipped sample). mpe2's order:
-        forces from the actions and the contacts, then each agent moves with its old velocity, which is then
-        damped and accelerated; messages are set; rewards and observations are read from the new world."""
-        if self.continuous:
-            if not torch.isfinite(actions).all():
-                raise SystemExit("error: the policy gave a continuous action that is NaN or infinite (it diverged)")
-            effects = torch.einsum("eia,iac->eic", actions.clamp(0.0, 1.0), self.action_effects)
-        else:
-            effects = self.action_effects[self.agent_rows, actions]  # (n_envs, n_agents, 2 + dim_c)
-        force, self.comm = effects[..., :2], effects[..., 2:]  # an agent that does not move gets no force
-        if self.env_id == "simple_spread_v3":
-            force = force + self.contact_forces()
-        self.integrate(force)
-        self.steps = self.steps + 1  # new tensors, not in-place updates: an earlier state_dict() stays as it was
-        relative, dist = self.relative_positions()
-        rewards = self.rewards(relative, dist)
-        final_obs, final_state = self.observe(relative, dist)
-        truncated = (self.steps >= self.max_cycles)[:, None].expand(-1, self.n_agents)
-        terminated = torch.zeros_like(truncated)  # these scenarios end only by truncation
-        obs, state = final_obs, final_state
-        if truncated.any():
-            self.reset_envs(truncated[:, 0])
-            obs, state = self.observe()
-        return StepResult(obs, state, rewards, terminated, truncated, final_obs, final_state)
-
-    def integrate(self, force: torch.Tensor):
-        """mpe2's `integrate_state`: each agent moves with its old velocity, which is then damped and accelerated by
-        the force (mass 1); landmarks stay where they are."""
-        agents, landmarks = self.pos[:, : self.n_agents], self.pos[:, self.n_agents :]
-        self.pos = torch.cat([agents + self.vel * DT, landmarks], dim=1)
-        self.vel = self.vel * (1 - DAMPING) + force * DT
-
-    def relative_positions(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every entity's position relative to each agent (n_envs, n_agents, n_entities, 2), [.., i, j] = p_j - p_i,
-        and the distances (n_envs, n_agents, n_entities)."""
-        relative = self.pos[:, None] - self.pos[:, : self.n_agents, None]
-        return relative, torch.linalg.vector_norm(relative, dim=-1)
-
-    def observe(self, relative=None, dist=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Observations (n_envs, n_agents, obs_dim), zero-padded, and the state (n_envs, state_dim): the agents'
-        observations joined, as mpe2's `state()`. Each scenario's `observation` in mpe2's order."""
-        if relative is None:
-            relative, dist = self.relative_positions()
-        N = self.n_agents
-        landmarks = relative[:, :, N:]  # (n_envs, n_agents, n_landmarks, 2)
-        messages = self.comm[:, self.others]  # (n_envs, n_agents, n_agents - 1, dim_c): the other agents'
-        if self.env_id == "simple_speaker_listener_v4":
-            speaker = self.colours[self.goal[:, 0]]  # (n_envs, 3): the colour of the listener's goal landmark
-            listener = torch.cat([self.vel[:, 1], landmarks[:, 1].flatten(1), messages[:, 1, 0]], dim=-1)
-            obs = torch.stack([F.pad(speaker, (0, listener.shape[1] - speaker.shape[1])), listener], dim=1)
-            return obs, torch.cat([speaker, listener], dim=-1)
-        if self.env_id == "simple_reference_v3":  # goal colour: the landmark the other agent should reach
-            parts = [self.vel, landmarks.flatten(2), self.colours[self.goal], messages.flatten(2)]
-        else:  # spread: the nearest K landmarks and other agents with --num-*-neighbors (their messages alike)
-            others = relative[:, self.agent_rows[:, None], self.others]  # (n_envs, n_agents, n_agents - 1, 2)
-            agent_neighbors, landmark_neighbors = self.neighbors
-            if landmark_neighbors is not None:  # mpe2's nearest_entities: sorted by distance, nearest first
-                index = dist[:, :, N:].argsort(dim=-1, stable=True)[..., :landmark_neighbors, None]
-                landmarks = landmarks.take_along_dim(index, dim=2)
-            if agent_neighbors is not None:
-                other_dist = dist[:, self.agent_rows[:, None], self.others]  # (n_envs, n_agents, n_agents - 1)
-                index = other_dist.argsort(dim=-1, stable=True)[..., :agent_neighbors, None]
-                others, messages = others.take_along_dim(index, dim=2), messages.take_along_dim(index, dim=2)
-            parts = [self.vel, self.pos[:, :N], landmarks.flatten(2), others.flatten(2), messages.flatten(2)]
-        obs = torch.cat(parts, dim=-1)
-        return obs, obs.flatten(1)
-
-    def rewards(self, relative: torch.Tensor, dist: torch.Tensor) -> torch.Tensor:
-        """(n_envs, n_agents): each scenario's `reward`, mixed with its `global_reward` by mpe2's local ratio."""
-        N = self.n_agents
-        if self.env_id == "simple_speaker_listener_v4":  # both: minus the listener's squared distance to the goal
-            to_goal = relative[:, 1, N:].take_along_dim(self.goal[:, :1, None], dim=1)  # (n_envs, 1, 2)
-            return -to_goal.square().sum(dim=-1).expand(-1, N)
-        if self.env_id == "simple_reference_v3":  # own: minus the other agent's distance to this agent's goal
-            own = -dist[:, self.others[:, 0], N:].take_along_dim(self.goal[..., None], dim=2).squeeze(-1)
-            return own.mean(dim=1, keepdim=True) * (1 - LOCAL_RATIO) + own * LOCAL_RATIO
-        # spread: the team's minus the distance of each landmark's nearest agent; own: minus 1 per agent it overlaps
-        team = -dist[:, :, N:].min(dim=1).values.sum(dim=1, keepdim=True)
-        collisions = (dist[:, :, :N] < 2 * SPREAD_AGENT_SIZE).sum(dim=2) - 1  # each agent is at distance 0 from itself
-        return team * (1 - LOCAL_RATIO) - collisions * LOCAL_RATIO
-
-    def state_dict(self) -> dict:
-        """The world and the generator's state, for a training checkpoint."""
-        return {**{name: getattr(self, name) for name in self.WORLD}, "generator": self.generator.get_state()}
-
-    def load_state_dict(self, state: dict):
-        for name in self.WORLD:
-            setattr(self, name, state[name].to(self.device))
-        self.generator.set_state(state["generator"].cpu())
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -638,23 +339,18 @@ class MultiAgentTransformer(nn.Module):
         return self.action_head(x)
 
     def decode_autoregressive(
-        self, obs_rep: torch.Tensor, avail: torch.Tensor, deterministic: bool, use_kv_cache: bool = True
+        self, obs_rep: torch.Tensor, avail: torch.Tensor, deterministic: bool
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Agent by agent: actions (B, n_agents), or (B, n_agents, action_dim) if continuous, their log-probs
-        (B, n_agents), and the head outputs (B, n_agents, action_dim) they were drawn from.
-
-        With the cache each step feeds only agent i's position through the decoder. Without it, each step
-        re-decodes the whole sequence (as the official code does): the same outputs at quadratic cost.
-        """
+        (B, n_agents), and the head outputs (B, n_agents, action_dim) they were drawn from. A key/value cache feeds
+        only agent i's position through the decoder at step i; the official code re-decodes the whole sequence
+        each step, which gives the same outputs at quadratic cost (tested)."""
         B, n_agents, _ = obs_rep.shape
         shifted = self.start_token.repeat(B, n_agents, 1)  # (B, n_agents, token_dim), filled in as agents act
         actions, logprobs, outs = [], [], []
-        cache = [[{}, {}] for _ in self.decoder_blocks] if use_kv_cache else None
+        cache = [[{}, {}] for _ in self.decoder_blocks]
         for i in range(n_agents):
-            if use_kv_cache:
-                out = self.decode(shifted[:, i : i + 1], obs_rep[:, i : i + 1], cache)[:, 0]
-            else:
-                out = self.decode(shifted, obs_rep)[:, i]
+            out = self.decode(shifted[:, i : i + 1], obs_rep[:, i : i + 1], cache)[:, 0]
             dist = action_distribution(out, avail[..., i, :], self.std_logit)
             action = dist.mode if deterministic else dist.sample()
             actions.append(action)
@@ -763,9 +459,6 @@ class RolloutBuffer:
         value = lambda obs: value_norm.denormalize(agent.get_value(obs.flatten(0, 1)))  # noqa: E731
         self.values[:] = value(self.obs).view_as(self.values)
         self.final_values[:] = value(self.final_obs).view_as(self.final_values)
-
-    def start_next_rollout(self):
-        self.obs[0] = self.obs[-1]
 
 
 def compute_gae(
@@ -877,51 +570,416 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
     return float("nan") if var_returns == 0 else (1 - (returns - values).var() / var_returns).item()
 
 
+def build_agent(spec: EnvSpec, args: Args, device: torch.device):
+    agent = MultiAgentTransformer(spec, args).to(device)
+    value_norm = (ValueNorm() if args.use_valuenorm else IdentityNorm()).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5, fused=True)  # one kernel for all parameters
+    return agent, value_norm, optimizer
+
+
 # ----------------------------------------------------------------------------------------------------
-# Evaluation, video and checkpoints
+# Training
 # ----------------------------------------------------------------------------------------------------
+
+
+def main(args: Args) -> dict:
+    check_args(args)
+    device = select_device(args.cuda)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    if args.eval_checkpoint is not None:
+        run_evaluation_only(args, device)
+        return {}
+
+    run_dir = f"runs/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    checkpoint, resumed_step = None, None
+    if args.resume:
+        checkpoint = load_checkpoint(args.resume, device)
+        check_resume(args, checkpoint)
+        run_dir, resumed_step = os.path.dirname(os.path.abspath(args.resume)), checkpoint["global_step"]
+    run_name = os.path.basename(run_dir)
+    T, n_envs = args.episode_length, args.n_rollout_threads
+    num_iterations = args.total_timesteps // (T * n_envs)
+    envs = BatchedMPE(args.env_id, scenario_kwargs(args), n_envs, args.seed, device)  # mpe2 batched on the device
+    eval_envs = make_eval_envs(args)  # mpe2 itself
+    with StopRequest() as stop, start_logging(run_dir, args, resumed_step) as writer:
+        agent, value_norm, optimizer = build_agent(envs.spec, args, device)
+        buffer = RolloutBuffer(T, n_envs, envs.spec, device)
+        episode_returns = EpisodeReturns(n_envs, len(envs.spec.agents), device)
+        if checkpoint is None:
+            envs.reset()
+            next_step = {"log": args.log_interval, "eval": 0, "checkpoint": args.checkpoint_interval}
+            progress = Progress(iteration=0, global_step=0, next_step=next_step)
+        else:
+            restore(checkpoint, agent, value_norm, optimizer, args.resume)
+            progress = resume_training(checkpoint, envs, episode_returns)
+        start_time, start_step = time.time(), progress.global_step
+
+        for iteration in range(progress.iteration + 1, num_iterations + 1):
+            if args.linear_lr_decay:
+                optimizer.param_groups[0]["lr"] = args.lr * (1.0 - (iteration - 1.0) / num_iterations)
+
+            rollout_start = time.time()
+            # 1. Collect a rollout: T steps of every env with the current policy, from where the envs are
+            buffer.obs[0], _ = envs.observe()
+            with torch.no_grad():
+                for t in range(T):
+                    actions, logprobs = agent.act(buffer.obs[t])
+                    step = envs.step(actions)
+                    progress.global_step += n_envs
+                    rewards = step.rewards
+                    if args.team_reward:  # every agent learns from the team's mean reward
+                        rewards = rewards.mean(dim=1, keepdim=True).expand_as(rewards)
+                    buffer.insert(t, actions, logprobs, rewards, step)
+                    episode_returns.add(step.rewards, step.ended)
+
+                # 2. Values and advantages
+                buffer.compute_values(agent, value_norm)
+                advantages, returns = compute_gae(
+                    buffer.rewards,
+                    buffer.values,
+                    buffer.final_values,
+                    buffer.terminated,
+                    buffer.truncated,
+                    args.gamma,
+                    args.gae_lambda,
+                )
+
+            # 3. PPO update
+            update_start = time.time()
+            losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
+            seconds = {"rollout": update_start - rollout_start, "update": time.time() - update_start}
+            losses["explained_variance"] = explained_variance(buffer.values[:-1], returns)
+            progress.iteration = iteration
+            global_step = progress.global_step
+
+            # 4. Log the iteration
+            sps = int((global_step - start_step) / (time.time() - start_time))
+            ended_returns = episode_returns.pop()  # (n_agents,) mean returns of this rollout's episodes, or None
+            lr = optimizer.param_groups[0]["lr"]
+            log_iteration(writer, global_step, sps, seconds, lr, losses, ended_returns, envs.spec.agents)
+
+            # 5. Evaluate the greedy policy, keeping the best model
+            last = iteration == num_iterations
+            if progress.due("eval", args.eval_interval) or last:
+                video = f"videos/{run_name}/eval_{global_step}.mp4"
+                returns = evaluate_and_record(agent, eval_envs, envs.spec, args, device, writer, global_step, video)
+                progress.eval_return = float(returns.mean())
+                writer.add_scalar("eval/episodic_return", progress.eval_return, global_step)
+                if progress.eval_return > progress.best_eval:
+                    progress.best_eval = progress.eval_return
+                    if args.save_model:
+                        save_checkpoint(f"{run_dir}/best_model.pt", agent, value_norm, optimizer, args, global_step)
+
+            if progress.due("log", args.log_interval) or last:
+                train_return = float("nan") if ended_returns is None else ended_returns.mean()
+                total_steps = num_iterations * T * n_envs
+                print(progress_line(global_step, total_steps, sps, train_return, progress.eval_return, losses))
+
+            # 6. A training checkpoint to resume from
+            if progress.due("checkpoint", args.checkpoint_interval) or last or stop.signal is not None:
+                training = training_state(progress, envs, episode_returns)
+                save_checkpoint(f"{run_dir}/checkpoint.pt", agent, value_norm, optimizer, args, global_step, **training)
+            if stop.signal is not None:
+                break
+
+        if args.save_model:
+            save_checkpoint(f"{run_dir}/model.pt", agent, value_norm, optimizer, args, global_step)
+    summary = f"run in {run_dir}, with checkpoint.pt"
+    if args.save_model:
+        summary += f", model.pt and best_model.pt (best eval {progress.best_eval:.3f})"
+    if stop.signal is not None:
+        how = f"stopped by {signal.Signals(stop.signal).name} at step {global_step:,}"
+        print(f"{how}; {summary}; to go on, add --resume {run_dir}/checkpoint.pt")
+        raise SystemExit(128 + stop.signal)
+    print(summary)
+    return {"run_name": run_name, "losses": losses, "best_eval": progress.best_eval, "global_step": global_step}
+
+
+# ====================================================================================================
+# Nothing below this line is needed to follow the algorithm: the environments (mpe2 batched in torch for
+# training, mpe2 itself for evaluation and video), checkpoints and resume, argument checks, logging, test mode.
+# ====================================================================================================
+
+
+class EnvSpec(NamedTuple):
+    agents: list[str]
+    obs_dim: int  # largest agent observation; smaller ones are zero-padded
+    action_dim: int  # largest agent action space (discrete) or action vector (continuous)
+    state_dim: int
+    avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's actions or action dimensions
+    continuous: bool  # Box(0, 1) action vectors, zero-padded to action_dim, instead of discrete actions
+
+
+def scenario_kwargs(args: Args) -> dict:
+    """The mpe2 scenario's keyword arguments; on simple_spread_v3 also the team size and partial observability."""
+    kwargs = dict(max_cycles=args.max_cycles, continuous_actions=args.continuous_actions)
+    if args.env_id == "simple_spread_v3":
+        kwargs.update(N=args.n_agents, num_agent_neighbors=args.num_agent_neighbors)
+        kwargs.update(num_landmark_neighbors=args.num_landmark_neighbors)
+    return kwargs
+
+
+def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
+    """mpe2's own parallel env, as PettingZoo users have it."""
+    if render_mode is not None:
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # render headless
+    env = importlib.import_module(f"mpe2.{env_id}").parallel_env(**scenario, render_mode=render_mode)
+    if render_mode is None:
+        env.unwrapped.screen = None  # frees the 700x700 drawing surface (~2 MB) every mpe2 env holds
+    return env
+
+
+def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
+    env, continuous = make_env(env_id, scenario), scenario["continuous_actions"]
+    obs_dims = [env.observation_space(a).shape[0] for a in env.possible_agents]
+    spaces = [env.action_space(a) for a in env.possible_agents]
+    action_dims = [space.shape[0] if continuous else int(space.n) for space in spaces]
+    avail = np.arange(max(action_dims)) < np.array(action_dims)[:, None]  # (n_agents, action_dim)
+    state_dim = env.state_space.shape[0]
+    return EnvSpec(env.possible_agents, max(obs_dims), max(action_dims), state_dim, avail, continuous)
+
+
+class StepResult(NamedTuple):
+    obs: torch.Tensor  # (n_envs, n_agents, obs_dim), already reset where an episode ended
+    state: torch.Tensor  # (n_envs, state_dim)
+    rewards: torch.Tensor  # (n_envs, n_agents)
+    terminated: torch.Tensor  # (n_envs, n_agents) bool
+    truncated: torch.Tensor  # (n_envs, n_agents) bool
+    final_obs: torch.Tensor  # (n_envs, n_agents, obs_dim): before the reset; the last obs of an ended episode
+    final_state: torch.Tensor  # (n_envs, state_dim): likewise
+
+    @property
+    def ended(self) -> torch.Tensor:
+        """(n_envs,) bool: the env's episode is over for every agent (and the env was reset)."""
+        return (self.terminated | self.truncated).all(dim=1)
+
+
+# mpe2's world constants (_mpe_utils/core.py and simple_env.py): time step, damping, action force scale, contact force
+DT, DAMPING, SENSITIVITY, CONTACT_FORCE, CONTACT_MARGIN = 0.1, 0.25, 5.0, 100.0, 1e-3
+LOCAL_RATIO = 0.5  # mpe2's default weight of the agent's own reward against the team's (spread and reference)
+SPREAD_AGENT_SIZE = 0.15  # spread's agents touch, collide and push each other when closer than twice this
+MOVES = [[0.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, -1.0], [0.0, 1.0]]  # discrete move: none, -x, +x, -y, +y
+
+
+class BatchedMPE:
+    """`n_envs` copies of an mpe2 scenario as tensors on `device`, stepped together with mpe2's arithmetic in mpe2's
+    order (its `World.step`, `_set_action` and the scenario's observation and reward, mpe2 1.1.1; the tests step
+    both from the same world and compare every output). Ended episodes are reset in place, from a CPU generator
+    seeded with `seed` (not mpe2's stream), so a run sees the same episodes on every device.
+
+    The world: positions `pos` (n_envs, n_agents + n_landmarks, 2), agents first; the agents' velocities `vel` and
+    messages `comm`; each agent's goal landmark `goal` (speaker-listener, reference); the episode's `steps`."""
+
+    WORLD = ("pos", "vel", "comm", "goal", "steps")
+
+    def __init__(self, env_id: str, scenario: dict, n_envs: int, seed: int, device: torch.device):
+        self.spec = get_env_spec(env_id, scenario)
+        self.env_id, self.n_envs, self.device = env_id, n_envs, device
+        self.max_cycles, self.continuous = scenario["max_cycles"], scenario["continuous_actions"]
+        self.n_agents = n_agents = len(self.spec.agents)
+        # mpe2's make_world: who moves, who speaks and in messages of what size, the landmarks and their colours
+        self.neighbors = (None, None)  # the nearest other agents and landmarks observed (spread only; None: all)
+        if env_id == "simple_spread_v3":
+            self.n_landmarks, self.dim_c, movable, speaks = n_agents, 2, [True] * n_agents, [False] * n_agents
+            self.neighbors, colours = (scenario["num_agent_neighbors"], scenario["num_landmark_neighbors"]), []
+        elif env_id == "simple_speaker_listener_v4":  # the speaker only speaks, the listener only moves
+            self.n_landmarks, self.dim_c, movable, speaks = 3, 3, [False, True], [True, False]
+            colours = [[0.65, 0.15, 0.15], [0.15, 0.65, 0.15], [0.15, 0.15, 0.65]]
+        else:  # simple_reference_v3: both move and speak
+            self.n_landmarks, self.dim_c, movable, speaks = 3, 10, [True, True], [True, True]
+            colours = [[0.75, 0.25, 0.25], [0.25, 0.75, 0.25], [0.25, 0.25, 0.75]]
+        self.colours = torch.tensor(colours, device=device)
+        self.others = torch.tensor([[k for k in range(n_agents) if k != i] for i in range(n_agents)], device=device)
+        self.agent_rows = torch.arange(n_agents, device=device)
+        self.action_effects = self.action_table(movable, speaks).to(device)
+        zeros = lambda *shape, dtype=None: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
+        self.pos, self.vel = zeros(n_envs, n_agents + self.n_landmarks, 2), zeros(n_envs, n_agents, 2)
+        self.comm, self.goal = zeros(n_envs, n_agents, self.dim_c), zeros(n_envs, n_agents, dtype=torch.long)
+        self.steps = zeros(n_envs, dtype=torch.long)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def action_table(self, movable: list[bool], speaks: list[bool]) -> torch.Tensor:
+        """What an action does, as mpe2's `_execute_world_step` and `_set_action` read it: per agent, [force, message]
+        (n_agents, n_actions, 2 + dim_c) for each discrete action, or the matrix (n_agents, action_dim, 2 + dim_c)
+        that maps an action vector to them. A moving agent's action holds a move (discrete: none, -x, +x, -y, +y;
+        continuous: (a2 - a1, a4 - a3)) times the sensitivity 5, then, if it speaks, a message (discrete:
+        move + 5 * message, one-hot; continuous: the dim_c values after the 5 move dimensions)."""
+        table = torch.zeros(self.n_agents, self.spec.action_dim, 2 + self.dim_c)
+        for i in range(self.n_agents):
+            n_moves = 5 if movable[i] else 0
+            if self.continuous:
+                if movable[i]:
+                    table[i, [2, 1, 4, 3], [0, 0, 1, 1]] = torch.tensor([1.0, -1.0, 1.0, -1.0]) * SENSITIVITY
+                if speaks[i]:
+                    table[i, n_moves + torch.arange(self.dim_c), 2 + torch.arange(self.dim_c)] = 1.0
+                continue
+            for action in range(int(self.spec.avail_actions[i].sum())):
+                move, message = divmod(action, n_moves)[::-1] if movable[i] else (0, action)
+                table[i, action, :2] = torch.tensor(MOVES[move]) * SENSITIVITY
+                if speaks[i]:
+                    table[i, action, 2 + message] = 1.0
+        return table
+
+    def reset(self):
+        self.reset_envs(torch.ones(self.n_envs, dtype=torch.bool, device=self.device))
+
+    def reset_envs(self, envs: torch.Tensor):
+        """New episodes in the envs marked in `envs` (n_envs,) bool, as mpe2's `reset_world`: agents and landmarks
+        uniform in [-1, 1]^2, at rest and silent, each agent's goal one of the landmarks, uniformly."""
+        pos = torch.rand(self.pos.shape, generator=self.generator) * 2 - 1
+        goal = torch.randint(self.n_landmarks, self.goal.shape, generator=self.generator)
+        keep = ~envs[:, None, None]
+        self.pos = torch.where(keep, self.pos, pos.to(self.device))
+        self.vel, self.comm = self.vel * keep, self.comm * keep
+        self.goal = torch.where(keep[:, 0], self.goal, goal.to(self.device))
+        self.steps = self.steps * keep[:, 0, 0]
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        """Every env one step on, with actions (n_envs, n_agents), or action vectors (n_envs, n_agents, action_dim)
+        clipped into [0, 1] here (the rollout buffer keeps the unclipped sample). mpe2's order: forces from the
+        actions and the contacts, the agents move and messages are set, then rewards and observations are read."""
+        if self.continuous:
+            if not torch.isfinite(actions).all():
+                raise SystemExit("error: the policy gave a continuous action that is NaN or infinite (it diverged)")
+            effects = torch.einsum("eia,iac->eic", actions.clamp(0.0, 1.0), self.action_effects)
+        else:
+            effects = self.action_effects[self.agent_rows, actions]  # (n_envs, n_agents, 2 + dim_c)
+        force, self.comm = effects[..., :2], effects[..., 2:]  # an agent that does not move gets no force
+        if self.env_id == "simple_spread_v3":
+            force = force + self.contact_forces()
+        self.integrate(force)
+        self.steps = self.steps + 1  # new tensors, not in-place updates: an earlier state_dict() stays as it was
+        relative, dist = self.relative_positions()
+        rewards = self.rewards(relative, dist)
+        final_obs, final_state = self.observe(relative, dist)
+        truncated = (self.steps >= self.max_cycles)[:, None].expand(-1, self.n_agents)
+        obs, state = final_obs, final_state
+        if truncated.any():
+            self.reset_envs(truncated[:, 0])
+            obs, state = self.observe()
+        terminated = torch.zeros_like(truncated)  # these scenarios end only by truncation
+        return StepResult(obs, state, rewards, terminated, truncated, final_obs, final_state)
+
+    def contact_forces(self) -> torch.Tensor:
+        """(n_envs, n_agents, 2): mpe2's soft contact forces between spread's agents, summed per agent; they act at
+        any distance and vanish once the agents are apart."""
+        agents = self.pos[:, : self.n_agents]
+        delta = agents[:, :, None] - agents[:, None]  # (n_envs, n_agents, n_agents, 2): p_i - p_k
+        dist = torch.linalg.vector_norm(delta, dim=-1, keepdim=True)
+        penetration = F.softplus(-(dist - 2 * SPREAD_AGENT_SIZE) / CONTACT_MARGIN) * CONTACT_MARGIN
+        forces = CONTACT_FORCE * penetration / dist * delta  # NaN for an agent and itself (0 / 0)
+        return forces.nan_to_num_(0.0).sum(dim=2)
+
+    def integrate(self, force: torch.Tensor):
+        """mpe2's `integrate_state`: each agent moves with its old velocity, which is then damped and accelerated by
+        the force (mass 1); landmarks stay where they are."""
+        agents, landmarks = self.pos[:, : self.n_agents], self.pos[:, self.n_agents :]
+        self.pos = torch.cat([agents + self.vel * DT, landmarks], dim=1)
+        self.vel = self.vel * (1 - DAMPING) + force * DT
+
+    def relative_positions(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every entity's position relative to each agent (n_envs, n_agents, n_entities, 2), [.., i, j] = p_j - p_i,
+        and the distances (n_envs, n_agents, n_entities)."""
+        relative = self.pos[:, None] - self.pos[:, : self.n_agents, None]
+        return relative, torch.linalg.vector_norm(relative, dim=-1)
+
+    def observe(self, relative=None, dist=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Observations (n_envs, n_agents, obs_dim), zero-padded, in the order of each scenario's `observation`, and
+        the state (n_envs, state_dim): the agents' observations joined, as mpe2's `state()`."""
+        if relative is None:
+            relative, dist = self.relative_positions()
+        N = self.n_agents
+        landmarks = relative[:, :, N:]  # (n_envs, n_agents, n_landmarks, 2)
+        messages = self.comm[:, self.others]  # (n_envs, n_agents, n_agents - 1, dim_c): the other agents'
+        if self.env_id == "simple_speaker_listener_v4":
+            speaker = self.colours[self.goal[:, 0]]  # (n_envs, 3): the colour of the listener's goal landmark
+            listener = torch.cat([self.vel[:, 1], landmarks[:, 1].flatten(1), messages[:, 1, 0]], dim=-1)
+            obs = torch.stack([F.pad(speaker, (0, listener.shape[1] - speaker.shape[1])), listener], dim=1)
+            return obs, torch.cat([speaker, listener], dim=-1)
+        if self.env_id == "simple_reference_v3":  # goal colour: the landmark the other agent should reach
+            parts = [self.vel, landmarks.flatten(2), self.colours[self.goal], messages.flatten(2)]
+        else:  # spread: with --num-*-neighbors only the nearest K landmarks and other agents (and their messages)
+            others = relative[:, self.agent_rows[:, None], self.others]  # (n_envs, n_agents, n_agents - 1, 2)
+            agent_neighbors, landmark_neighbors = self.neighbors
+            if landmark_neighbors is not None:  # mpe2's nearest_entities: sorted by distance, nearest first
+                index = dist[:, :, N:].argsort(dim=-1, stable=True)[..., :landmark_neighbors, None]
+                landmarks = landmarks.take_along_dim(index, dim=2)
+            if agent_neighbors is not None:
+                other_dist = dist[:, self.agent_rows[:, None], self.others]  # (n_envs, n_agents, n_agents - 1)
+                index = other_dist.argsort(dim=-1, stable=True)[..., :agent_neighbors, None]
+                others, messages = others.take_along_dim(index, dim=2), messages.take_along_dim(index, dim=2)
+            parts = [self.vel, self.pos[:, :N], landmarks.flatten(2), others.flatten(2), messages.flatten(2)]
+        obs = torch.cat(parts, dim=-1)
+        return obs, obs.flatten(1)
+
+    def rewards(self, relative: torch.Tensor, dist: torch.Tensor) -> torch.Tensor:
+        """(n_envs, n_agents): each scenario's `reward`, mixed with its `global_reward` by mpe2's local ratio."""
+        N = self.n_agents
+        if self.env_id == "simple_speaker_listener_v4":  # both: minus the listener's squared distance to the goal
+            to_goal = relative[:, 1, N:].take_along_dim(self.goal[:, :1, None], dim=1)  # (n_envs, 1, 2)
+            return -to_goal.square().sum(dim=-1).expand(-1, N)
+        if self.env_id == "simple_reference_v3":  # own: minus the other agent's distance to this agent's goal
+            own = -dist[:, self.others[:, 0], N:].take_along_dim(self.goal[..., None], dim=2).squeeze(-1)
+            return own.mean(dim=1, keepdim=True) * (1 - LOCAL_RATIO) + own * LOCAL_RATIO
+        # spread: the team's minus the distance of each landmark's nearest agent; own: minus 1 per agent it overlaps
+        team = -dist[:, :, N:].min(dim=1).values.sum(dim=1, keepdim=True)
+        collisions = (dist[:, :, :N] < 2 * SPREAD_AGENT_SIZE).sum(dim=2) - 1  # each agent is at distance 0 from itself
+        return team * (1 - LOCAL_RATIO) - collisions * LOCAL_RATIO
+
+    def state_dict(self) -> dict:
+        return {**{name: getattr(self, name) for name in self.WORLD}, "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict):
+        for name in self.WORLD:
+            setattr(self, name, state[name].to(self.device))
+        self.generator.set_state(state["generator"].cpu())
+
+
+def make_eval_envs(args: Args) -> list:
+    """--n-eval-episodes mpe2 envs; with --capture-video the first renders, and its episode is the video."""
+    render = lambda k: "rgb_array" if args.capture_video and k == 0 else None  # noqa: E731
+    return [make_env(args.env_id, scenario_kwargs(args), render(k)) for k in range(args.n_eval_episodes)]
 
 
 @torch.no_grad()
-def evaluate(agent: nn.Module, envs: list, seed: int, device: torch.device) -> np.ndarray:
-    """One deterministic episode on each mpe2 env, env k reset with `seed + k`, so every evaluation plays the same
-    episodes; returns their per-agent returns (n_envs, n_agents)."""
-    obs = np.stack([reset_env(env, agent.obs_dim, seed + k)[0] for k, env in enumerate(envs)])
-    returns = np.zeros((len(envs), obs.shape[1]))
-    running = np.ones(len(envs), dtype=bool)
-    while running.any():
+def evaluate(agent: nn.Module, envs: list, spec: EnvSpec, seed: int, device: torch.device):
+    """One greedy episode on each mpe2 env, env k reset with `seed + k` (every evaluation plays the same episodes):
+    their per-agent returns (n_envs, n_agents), and the frames (T + 1, H, W, 3) of env 0's if it renders."""
+    observations = [env.reset(seed=seed + k)[0] for k, env in enumerate(envs)]
+    returns, frames, action_sizes = np.zeros((len(envs), len(spec.agents))), [], spec.avail_actions.sum(axis=1)
+    while True:
+        if envs[0].render_mode is not None:
+            frames.append(envs[0].render())
+        if not any(env.agents for env in envs):
+            return returns, np.stack(frames) if frames else None
+        obs = np.zeros((len(envs), len(spec.agents), spec.obs_dim), dtype=np.float32)  # zero-padded
+        for k, i in np.ndindex(obs.shape[:2]):
+            observation = observations[k][spec.agents[i]]
+            obs[k, i, : len(observation)] = observation
         actions, _ = agent.act(torch.from_numpy(obs).to(device), deterministic=True)
         actions = actions.cpu().numpy()
-        for k in np.flatnonzero(running):
-            obs[k], _, rewards, terminated, truncated = step_env(envs[k], actions[k], agent.obs_dim)
-            returns[k] += rewards
-            running[k] = not (terminated | truncated).all()
+        for k, env in enumerate(envs):
+            if env.agents:  # continuous: each agent's own dimensions, clipped into the box as mpe2's env() would
+                own = [a[:n].clip(0.0, 1.0) if spec.continuous else int(a) for a, n in zip(actions[k], action_sizes)]
+                observations[k], rewards, *_ = env.step(dict(zip(spec.agents, own)))
+                returns[k] += [rewards[a] for a in spec.agents]
+
+
+def evaluate_and_record(
+    agent, eval_envs: list, spec: EnvSpec, args: Args, device, writer, step: int, video: str | None
+):
+    """The greedy policy's per-agent returns (n_episodes, n_agents) on mpe2, in episodes seeded apart from
+    training's; with --capture-video the first episode also goes to the mp4 file `video` and to TensorBoard."""
+    returns, frames = evaluate(agent, eval_envs, spec, args.seed + 100_000, device)
+    if frames is not None:
+        import imageio
+
+        os.makedirs(os.path.dirname(video), exist_ok=True)
+        imageio.mimwrite(video, frames, fps=10, macro_block_size=1)
+        small = torch.from_numpy(frames[:, ::2, ::2]).permute(0, 3, 1, 2).unsqueeze(0)  # (1, T, 3, H/2, W/2)
+        writer.add_video("eval/video", small, step, fps=10)
     return returns
-
-
-@torch.no_grad()
-def record_episode(agent: nn.Module, args: Args, device: torch.device, seed: int) -> np.ndarray:
-    """Frames (T+1, H, W, 3) uint8 of one deterministic episode rendered headless."""
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    env = make_env(args.env_id, scenario_kwargs(args), render_mode="rgb_array")
-    obs, _ = reset_env(env, agent.obs_dim, seed)
-    frames, ended = [env.render()], False
-    while not ended:
-        actions, _ = agent.act(torch.from_numpy(obs).unsqueeze(0).to(device), deterministic=True)
-        obs, _, _, terminated, truncated = step_env(env, actions[0].cpu().numpy(), agent.obs_dim)
-        frames.append(env.render())
-        ended = (terminated | truncated).all()
-    env.close()
-    return np.stack(frames)
-
-
-def log_video(frames: np.ndarray, path: str, writer, global_step: int, fps: int = 10):
-    import imageio
-
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    imageio.mimwrite(path, frames, fps=fps, macro_block_size=1)
-    small = torch.from_numpy(frames[:, ::2, ::2]).permute(0, 3, 1, 2).unsqueeze(0)  # (1, T, 3, H/2, W/2)
-    writer.add_video("eval/video", small, global_step, fps=fps)
 
 
 def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Args, global_step: int, **training):
@@ -974,13 +1032,6 @@ def load_checkpoint(path: str, device: torch.device) -> dict:
     return checkpoint
 
 
-def build_agent(spec: EnvSpec, args: Args, device: torch.device):
-    agent = MultiAgentTransformer(spec, args).to(device)
-    value_norm = (ValueNorm() if args.use_valuenorm else IdentityNorm()).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5, fused=True)  # one kernel for all parameters
-    return agent, value_norm, optimizer
-
-
 def restore(checkpoint: dict, agent: nn.Module, value_norm, optimizer, path: str):
     try:
         agent.load_state_dict(checkpoint["agent"])
@@ -988,21 +1039,6 @@ def restore(checkpoint: dict, agent: nn.Module, value_norm, optimizer, path: str
         optimizer.load_state_dict(checkpoint["optimizer"])
     except (RuntimeError, ValueError, KeyError) as e:
         raise SystemExit(f"error: checkpoint {path} does not fit this model: {str(e).splitlines()[0]}") from None
-
-
-def rng_states() -> dict:
-    """The states of torch's random generators, which sample the actions and the minibatches (CUDA's too when
-    there is a GPU); the envs keep their own (`BatchedMPE.state_dict`)."""
-    states = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_rng_states(states: dict):
-    torch.set_rng_state(states["torch"].cpu())
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([state.cpu() for state in states["cuda"]])
 
 
 # Flags that steer a run without changing what it learns: a resumed run may set them anew.
@@ -1013,9 +1049,9 @@ RUN_CONTROL_ARGS = frozenset(
 
 
 def check_resume(args: Args, checkpoint: dict):
-    """Refuses, with one line, a checkpoint that cannot go on under `args`: one without training state, one whose
-    algorithm arguments differ (the total steps count as one with --linear-lr-decay, which they schedule), or one
-    that has already reached --total-timesteps."""
+    """Refuses, with one line, a checkpoint that cannot go on under `args`: one without training state, one of an
+    earlier version, one whose algorithm arguments differ (the total steps count as one with --linear-lr-decay,
+    which they schedule), or one that has already reached --total-timesteps."""
     if "progress" not in checkpoint:
         raise SystemExit(f"error: {args.resume} holds a model only; --resume takes the checkpoint.pt of a run folder")
     if "env" not in checkpoint:
@@ -1039,9 +1075,44 @@ def check_resume(args: Args, checkpoint: dict):
         )
 
 
-# ----------------------------------------------------------------------------------------------------
-# Training
-# ----------------------------------------------------------------------------------------------------
+@dataclass
+class Progress:
+    """Where a training run is; a training checkpoint keeps it, so that a resumed run goes on from there."""
+
+    iteration: int  # iterations done
+    global_step: int
+    next_step: dict  # the env step at which "log", "eval" and "checkpoint" are next due
+    best_eval: float = -np.inf
+    eval_return: float = float("nan")  # the latest evaluation's
+
+    def due(self, event: str, interval: int) -> bool:
+        """Whether `event` is due at the current step; if it is, it is next due `interval` steps later."""
+        if self.global_step < self.next_step[event]:
+            return False
+        self.next_step[event] += interval
+        return True
+
+
+def training_state(progress: Progress, envs: BatchedMPE, episode_returns: EpisodeReturns) -> dict:
+    """What a training checkpoint holds besides the model, taken between iterations: enough to go on exactly as the
+    run would have (`resume_training`). The next rollout's first observations come from the envs again; torch's
+    generators (CUDA's too with a GPU) go on sampling actions and minibatches where they were."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+    return {
+        "progress": dataclasses.asdict(progress),
+        "env": envs.state_dict(),
+        "episode_returns": episode_returns.running,  # of the episodes under way
+        "rng_states": {"torch": torch.get_rng_state(), "cuda": cuda},
+    }
+
+
+def resume_training(checkpoint: dict, envs: BatchedMPE, episode_returns: EpisodeReturns) -> Progress:
+    envs.load_state_dict(checkpoint["env"])
+    episode_returns.running = checkpoint["episode_returns"]
+    torch.set_rng_state(checkpoint["rng_states"]["torch"].cpu())
+    if checkpoint["rng_states"]["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([state.cpu() for state in checkpoint["rng_states"]["cuda"]])
+    return Progress(**checkpoint["progress"])
 
 
 def range_errors(args) -> list[str]:
@@ -1066,9 +1137,10 @@ def range_errors(args) -> list[str]:
 
 
 def check_args(args: Args):
-    """Reject settings that cannot work with one line, before any process is started: numeric flags out of
-    range (`range_errors`), then combinations."""
+    """Rejects settings that cannot work, with one line, before the run starts: numeric flags out of range
+    (`range_errors`), then combinations."""
     batch = args.episode_length * args.n_rollout_threads
+    neighbors = (args.num_agent_neighbors, args.num_landmark_neighbors)
     problems = [
         (
             args.resume is not None and args.eval_checkpoint is not None,
@@ -1079,16 +1151,15 @@ def check_args(args: Args):
             "--capture-video needs the package imageio-ffmpeg to write mp4 files (pip install imageio-ffmpeg)",
         ),
         (
-            args.env_id != "simple_spread_v3"
-            and (args.num_agent_neighbors is not None or args.num_landmark_neighbors is not None),
+            args.env_id != "simple_spread_v3" and neighbors != (None, None),
             f"--num-agent-neighbors and --num-landmark-neighbors apply to simple_spread_v3 only, not {args.env_id}",
         ),
         (
-            args.num_agent_neighbors is not None and not 1 <= args.num_agent_neighbors <= args.n_agents - 1,
+            neighbors[0] is not None and not 1 <= neighbors[0] <= args.n_agents - 1,
             f"--num-agent-neighbors must be between 1 and n_agents - 1 = {args.n_agents - 1}",
         ),
         (
-            args.num_landmark_neighbors is not None and not 1 <= args.num_landmark_neighbors <= args.n_agents,
+            neighbors[1] is not None and not 1 <= neighbors[1] <= args.n_agents,
             f"--num-landmark-neighbors must be between 1 and the {args.n_agents} landmarks",
         ),
         (
@@ -1116,13 +1187,6 @@ def select_device(want_cuda: bool) -> torch.device:
     return torch.device("cuda" if want_cuda and torch.cuda.is_available() else "cpu")
 
 
-def seed_everything(seed: int, torch_deterministic: bool):
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.backends.cudnn.deterministic = torch_deterministic
-
-
 class StopRequest:
     """Turns Ctrl-C (SIGINT) and SIGTERM into a request that the training loop honours at the end of an iteration,
     so that a stopped run still saves consistent weights and ends with one line. A second signal acts at once."""
@@ -1147,8 +1211,7 @@ class EpisodeReturns:
 
     def __init__(self, n_envs: int, n_agents: int, device: torch.device):
         self.running = torch.zeros(n_envs, n_agents, device=device)  # of the episodes under way
-        self.ended_sum = torch.zeros(n_agents, device=device)
-        self.ended_count = torch.zeros((), device=device)
+        self.ended_sum, self.ended_count = torch.zeros(n_agents, device=device), torch.zeros((), device=device)
 
     def add(self, rewards: torch.Tensor, ended: torch.Tensor):
         self.running += rewards
@@ -1164,48 +1227,6 @@ class EpisodeReturns:
         self.ended_sum.zero_()
         self.ended_count.zero_()
         return means if count else None
-
-
-@dataclass
-class Progress:
-    """Where a training run is; a training checkpoint keeps it, so that a resumed run goes on from there."""
-
-    iteration: int  # iterations done
-    global_step: int
-    next_step: dict  # the env step at which "log", "eval" and "checkpoint" are next due
-    best_eval: float = -np.inf
-    eval_return: float = float("nan")  # the latest evaluation's
-
-    def due(self, event: str, interval: int) -> bool:
-        """Whether `event` is due at the current step; if it is, it is next due `interval` steps later."""
-        if self.global_step < self.next_step[event]:
-            return False
-        self.next_step[event] += interval
-        return True
-
-
-def training_state(
-    progress: Progress, buffer: RolloutBuffer, envs: BatchedMPE, episode_returns: EpisodeReturns
-) -> dict:
-    """What a training checkpoint holds besides the model, taken between iterations: enough to go on exactly as the
-    run would have (`resume_training`). The buffer holds the next rollout's first input (and, in a recurrent
-    script, the hidden states it starts from)."""
-    return {
-        "progress": dataclasses.asdict(progress),
-        "buffer": vars(buffer),
-        "episode_returns": episode_returns.running,  # of the episodes under way
-        "env": envs.state_dict(),
-        "rng_states": rng_states(),
-    }
-
-
-def resume_training(checkpoint: dict, buffer: RolloutBuffer, envs: BatchedMPE, episode_returns: EpisodeReturns):
-    """Puts back what `training_state` took; returns the run's `Progress`."""
-    vars(buffer).update(checkpoint["buffer"])
-    episode_returns.running = checkpoint["episode_returns"]
-    envs.load_state_dict(checkpoint["env"])
-    set_rng_states(checkpoint["rng_states"])
-    return Progress(**checkpoint["progress"])
 
 
 def start_logging(run_dir: str, args: Args, resumed_step: int | None):
@@ -1238,9 +1259,8 @@ def start_logging(run_dir: str, args: Args, resumed_step: int | None):
 def log_iteration(
     writer, global_step: int, sps: int, seconds: dict, lr: float, losses: dict, episode_returns: np.ndarray, agents
 ):
-    """Writes one iteration's scalars; `seconds` holds the wall-clock time of its rollout (acting, env steps, GAE) and
-    of its update, which show where the time goes (and whether `--cuda` pays off); `episode_returns` the mean
-    per-agent returns (n_agents,) of the episodes that ended in it, None if none did."""
+    """Writes one iteration's scalars: `seconds` holds the wall-clock time of its rollout (acting, env steps, GAE) and
+    of its update; `episode_returns` the mean per-agent returns (n_agents,) of the episodes that ended in it, if any."""
     writer.add_scalar("charts/SPS", sps, global_step)
     for phase, value in seconds.items():
         writer.add_scalar(f"perf/{phase}_ms", 1000 * value, global_step)
@@ -1254,162 +1274,39 @@ def log_iteration(
             writer.add_scalar(f"charts/episodic_return_{name}", r, global_step)
 
 
-def format_time(seconds: float) -> str:
-    minutes, seconds = divmod(int(seconds), 60)
-    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{seconds:02d}s"
-
-
 def progress_line(global_step: int, total_steps: int, sps: int, train_return: float, eval_return: float, losses: dict):
-    eta = (total_steps - global_step) / max(sps, 1)
+    minutes, seconds = divmod(int((total_steps - global_step) / max(sps, 1)), 60)
+    eta = f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{seconds:02d}s"
     return (
         f"step {global_step:>9,}/{total_steps:,} | SPS {sps:>5} | episodic_return {train_return:7.2f} | "
-        f"eval {eval_return:7.2f} | value_loss {losses['value_loss']:.4f} | entropy {losses['entropy']:.3f} | "
-        f"ETA {format_time(eta)}"
+        f"eval {eval_return:7.2f} | value_loss {losses['value_loss']:.4f} | entropy {losses['entropy']:.3f} | ETA {eta}"
     )
 
 
 def run_evaluation_only(args: Args, device: torch.device):
-    """Test mode: evaluate a saved checkpoint with the environment and model settings it was trained with."""
+    """Test mode: evaluates a saved checkpoint on mpe2 with the environment and model settings it was trained with;
+    with --capture-video the video goes to the training run's folder, at the model's training step."""
+    from torch.utils.tensorboard import SummaryWriter
+
     checkpoint = load_checkpoint(args.eval_checkpoint, device)
     saved = {k: v for k, v in checkpoint["args"].items() if k in {f.name for f in dataclasses.fields(Args)}}
     keep = ("eval_checkpoint", "n_eval_episodes", "capture_video", "seed", "cuda")
     args = dataclasses.replace(Args(**saved), **{k: getattr(args, k) for k in keep})
-    scenario = scenario_kwargs(args)
-    spec = get_env_spec(args.env_id, scenario)
+    spec = get_env_spec(args.env_id, scenario_kwargs(args))
     agent, value_norm, optimizer = build_agent(spec, args, device)
     restore(checkpoint, agent, value_norm, optimizer, args.eval_checkpoint)
-    envs = [make_env(args.env_id, scenario) for _ in range(args.n_eval_episodes)]
-    returns = evaluate(agent, envs, args.seed + 100_000, device)
+    run_dir, step = os.path.dirname(os.path.abspath(args.eval_checkpoint)), checkpoint["global_step"]
+    video = os.path.join("videos", os.path.basename(run_dir), f"test_{step}.mp4") if args.capture_video else None
+    with SummaryWriter(run_dir) if video else contextlib.nullcontext() as writer:
+        returns = evaluate_and_record(agent, make_eval_envs(args), spec, args, device, writer, step, video)
     per_agent = ", ".join(f"{a} {r:.3f}" for a, r in zip(spec.agents, returns.mean(axis=0)))
     print(
-        f"{args.eval_checkpoint} (trained {checkpoint['global_step']} steps on {args.env_id}): eval episodic_return "
+        f"{args.eval_checkpoint} (trained {step} steps on {args.env_id}): eval episodic_return "
         f"{returns.mean():.3f} +- {returns.mean(axis=1).std():.3f} over {len(returns)} episodes; {per_agent}"
     )
-    if args.capture_video:
-        from torch.utils.tensorboard import SummaryWriter
-
-        run_dir = os.path.dirname(os.path.abspath(args.eval_checkpoint))
-        writer = SummaryWriter(run_dir)
-        path = os.path.join("videos", os.path.basename(run_dir), f"test_{checkpoint['global_step']}.mp4")
-        log_video(record_episode(agent, args, device, args.seed), path, writer, checkpoint["global_step"])
-        writer.close()
-        print(f"video written to {path}")
+    if video:
+        print(f"video written to {video}")
     return returns
-
-
-def main(args: Args) -> dict:
-    check_args(args)
-    device = select_device(args.cuda)
-    seed_everything(args.seed, args.torch_deterministic)
-    if args.eval_checkpoint is not None:
-        run_evaluation_only(args, device)
-        return {}
-
-    run_dir = f"runs/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    checkpoint, resumed_step = None, None
-    if args.resume:
-        checkpoint = load_checkpoint(args.resume, device)
-        check_resume(args, checkpoint)
-        run_dir, resumed_step = os.path.dirname(os.path.abspath(args.resume)), checkpoint["global_step"]
-    run_name = os.path.basename(run_dir)
-    T, n_envs = args.episode_length, args.n_rollout_threads
-    num_iterations = args.total_timesteps // (T * n_envs)
-    scenario, eval_seed = scenario_kwargs(args), args.seed + 100_000  # evaluation never replays training episodes
-    envs = BatchedMPE(args.env_id, scenario, n_envs, args.seed, device)  # training: mpe2 batched on the device
-    eval_envs = [make_env(args.env_id, scenario) for _ in range(args.n_eval_episodes)]  # evaluation: mpe2 itself
-    with StopRequest() as stop, start_logging(run_dir, args, resumed_step) as writer:
-        agent, value_norm, optimizer = build_agent(envs.spec, args, device)
-        buffer = RolloutBuffer(T, n_envs, envs.spec, device)
-        episode_returns = EpisodeReturns(n_envs, len(envs.spec.agents), device)
-        if checkpoint is None:
-            buffer.obs[0], _ = envs.reset()
-            next_step = {"log": args.log_interval, "eval": 0, "checkpoint": args.checkpoint_interval}
-            progress = Progress(iteration=0, global_step=0, next_step=next_step)
-        else:
-            restore(checkpoint, agent, value_norm, optimizer, args.resume)
-            progress = resume_training(checkpoint, buffer, envs, episode_returns)
-        start_time, start_step = time.time(), progress.global_step
-
-        for iteration in range(progress.iteration + 1, num_iterations + 1):
-            if args.linear_lr_decay:
-                optimizer.param_groups[0]["lr"] = args.lr * (1.0 - (iteration - 1.0) / num_iterations)
-
-            rollout_start = time.time()
-            # 1. Collect a rollout: T steps of every env with the current policy
-            with torch.no_grad():
-                for t in range(T):
-                    actions, logprobs = agent.act(buffer.obs[t])
-                    step = envs.step(actions)
-                    progress.global_step += n_envs
-                    rewards = step.rewards
-                    if args.team_reward:  # every agent learns from the team's mean reward
-                        rewards = rewards.mean(dim=1, keepdim=True).expand_as(rewards)
-                    buffer.insert(t, actions, logprobs, rewards, step)
-                    episode_returns.add(step.rewards, step.ended)
-
-                # 2. Values and advantages
-                buffer.compute_values(agent, value_norm)
-                advantages, returns = compute_gae(
-                    buffer.rewards,
-                    buffer.values,
-                    buffer.final_values,
-                    buffer.terminated,
-                    buffer.truncated,
-                    args.gamma,
-                    args.gae_lambda,
-                )
-
-            # 3. PPO update
-            update_start = time.time()
-            losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
-            seconds = {"rollout": update_start - rollout_start, "update": time.time() - update_start}
-            losses["explained_variance"] = explained_variance(buffer.values[:-1], returns)
-            buffer.start_next_rollout()
-            progress.iteration = iteration
-            global_step = progress.global_step
-
-            # 4. Log the iteration
-            sps = int((global_step - start_step) / (time.time() - start_time))
-            ended_returns = episode_returns.pop()  # (n_agents,) mean returns of this rollout's episodes, or None
-            lr = optimizer.param_groups[0]["lr"]
-            log_iteration(writer, global_step, sps, seconds, lr, losses, ended_returns, envs.spec.agents)
-
-            # 5. Evaluate the greedy policy, keeping the best model
-            last = iteration == num_iterations
-            if progress.due("eval", args.eval_interval) or last:
-                progress.eval_return = float(evaluate(agent, eval_envs, eval_seed, device).mean())
-                writer.add_scalar("eval/episodic_return", progress.eval_return, global_step)
-                if progress.eval_return > progress.best_eval:
-                    progress.best_eval = progress.eval_return
-                    if args.save_model:
-                        save_checkpoint(f"{run_dir}/best_model.pt", agent, value_norm, optimizer, args, global_step)
-                if args.capture_video:
-                    frames = record_episode(agent, args, device, eval_seed)
-                    log_video(frames, f"videos/{run_name}/eval_{global_step}.mp4", writer, global_step)
-
-            if progress.due("log", args.log_interval) or last:
-                train_return = float("nan") if ended_returns is None else ended_returns.mean()
-                total_steps = num_iterations * T * n_envs
-                print(progress_line(global_step, total_steps, sps, train_return, progress.eval_return, losses))
-
-            # 6. A training checkpoint to resume from
-            if progress.due("checkpoint", args.checkpoint_interval) or last or stop.signal is not None:
-                training = training_state(progress, buffer, envs, episode_returns)
-                save_checkpoint(f"{run_dir}/checkpoint.pt", agent, value_norm, optimizer, args, global_step, **training)
-            if stop.signal is not None:
-                break
-
-        if args.save_model:
-            save_checkpoint(f"{run_dir}/model.pt", agent, value_norm, optimizer, args, global_step)
-    summary = f"run in {run_dir}, with checkpoint.pt"
-    if args.save_model:
-        summary += f", model.pt and best_model.pt (best eval {progress.best_eval:.3f})"
-    if stop.signal is not None:
-        how = f"stopped by {signal.Signals(stop.signal).name} at step {global_step:,}"
-        print(f"{how}; {summary}; to go on, add --resume {run_dir}/checkpoint.pt")
-        raise SystemExit(128 + stop.signal)
-    print(summary)
-    return {"run_name": run_name, "losses": losses, "best_eval": progress.best_eval, "global_step": global_step}
 
 
 if __name__ == "__main__":

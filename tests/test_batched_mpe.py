@@ -47,23 +47,29 @@ def float64():
 def load_world(batched: m.BatchedMPE, k: int, env):
     """Puts the world of mpe2 env `env` into env k of the batched env: positions, velocities, messages, goals and the
     episode's step count."""
-    world = env.world
+    world = env.unwrapped.world
     goals = [world.landmarks.index(a._goal_b) if getattr(a, "_goal_b", None) else 0 for a in world.agents]
     batched.pos[k] = torch.as_tensor(np.array([e.state.p_pos for e in world.entities]))
     batched.vel[k] = torch.as_tensor(np.array([a.state.p_vel for a in world.agents]))
     batched.comm[k] = torch.as_tensor(np.array([a.state.c for a in world.agents]))
     batched.goal[k] = torch.tensor(goals)
-    batched.steps[k] = env.steps
+    batched.steps[k] = env.unwrapped.steps
 
 
-def mpe2_outputs(env, obs_dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """mpe2's observations (zero-padded), state and rewards, all in float64, as its scenario computes them."""
-    agent_obs = [env.scenario.observation(a, env.world) for a in env.world.agents]
-    obs = np.zeros((len(agent_obs), obs_dim))
+def mpe2_step(env, actions: np.ndarray, spec: m.EnvSpec) -> tuple[np.ndarray, ...]:
+    """Steps mpe2's parallel env with the scripts' actions (each agent its own dimensions, clipped into the box as
+    mpe2's env() clips them); returns terminated, truncated, and the observations (zero-padded), state and rewards
+    in float64, as mpe2's scenario computes them."""
+    sizes = spec.avail_actions.sum(axis=1)
+    own = [a[:n].clip(0.0, 1.0) if spec.continuous else int(a) for a, n in zip(actions, sizes)]
+    _, rewards, terminated, truncated, _ = env.step(dict(zip(spec.agents, own)))
+    world, scenario = env.unwrapped.world, env.unwrapped.scenario
+    agent_obs = [scenario.observation(a, world) for a in world.agents]
+    obs = np.zeros((len(agent_obs), spec.obs_dim))
     for i, o in enumerate(agent_obs):
         obs[i, : len(o)] = o
-    rewards = np.array([env.rewards[a] for a in env.possible_agents])
-    return obs, np.concatenate(agent_obs), rewards
+    ends = [np.array([flags[a] for a in spec.agents]) for flags in (terminated, truncated)]
+    return *ends, obs, np.concatenate(agent_obs), np.array([rewards[a] for a in spec.agents])
 
 
 def random_actions(rng, spec: m.EnvSpec, n_envs: int) -> np.ndarray:
@@ -85,7 +91,7 @@ def compare_with_mpe2(env_id: str, continuous: bool, extra: dict, reload_each_st
     spec = batched.spec
     envs = [m.make_env(env_id, kwargs) for _ in range(n_envs)]
     for k, env in enumerate(envs):
-        m.reset_env(env, spec.obs_dim, seed=1000 + k)
+        env.reset(seed=1000 + k)
         load_world(batched, k, env)
     rng = np.random.default_rng(0)
     for t in range(2 * kwargs["max_cycles"]):
@@ -94,10 +100,7 @@ def compare_with_mpe2(env_id: str, continuous: bool, extra: dict, reload_each_st
                 load_world(batched, k, env)
         actions = random_actions(rng, spec, n_envs)
         step = batched.step(torch.as_tensor(actions, dtype=dtype if continuous else torch.long))
-        expected = [
-            m.step_env(env, actions[k], spec.obs_dim)[3:] + mpe2_outputs(env, spec.obs_dim)
-            for k, env in enumerate(envs)
-        ]
+        expected = [mpe2_step(env, actions[k], spec) for k, env in enumerate(envs)]
         terminated, truncated, obs, state, rewards = (np.stack(x) for x in zip(*expected))
         assert (
             step.obs.dtype == step.rewards.dtype == dtype
@@ -111,7 +114,7 @@ def compare_with_mpe2(env_id: str, continuous: bool, extra: dict, reload_each_st
         if truncated.all():  # both start new episodes: the batched env from its own draws, so mpe2's is loaded
             assert not torch.allclose(step.obs, step.final_obs)
             for k, env in enumerate(envs):
-                m.reset_env(env, spec.obs_dim)
+                env.reset()
                 load_world(batched, k, env)
         else:
             torch.testing.assert_close(step.obs, step.final_obs, rtol=0, atol=0)
@@ -137,11 +140,10 @@ def test_spread_contact_forces_push_overlapping_agents_apart():
     torch.testing.assert_close(forces[0], torch.tensor([-20.0, 0.0]), rtol=1e-4, atol=0)
     torch.testing.assert_close(forces[1], -forces[0])
     assert forces[2].abs().max() < 1e-30
-    env = m.make_env("simple_spread_v3", scenario())
-    m.reset_env(env, 18, seed=0)
-    for agent, pos in zip(env.world.agents, batched.pos[0, :3].double().numpy()):
+    world = m.make_env("simple_spread_v3", scenario()).unwrapped.world
+    for agent, pos in zip(world.agents, batched.pos[0, :3].double().numpy()):
         agent.state.p_pos = pos
-    force_a, force_b = env.world.get_collision_force(env.world.agents[0], env.world.agents[1])
+    force_a, force_b = world.get_collision_force(world.agents[0], world.agents[1])
     np.testing.assert_allclose(forces[:2].numpy(), np.stack([force_a, force_b]), rtol=1e-5)
 
 
@@ -159,8 +161,8 @@ def test_resets_draw_as_mpe2_draws(env_id):
     mpe2_env = m.make_env(env_id, scenario(env_id))
     mpe2_pos = []
     for seed in range(2000):
-        m.reset_env(mpe2_env, batched.spec.obs_dim, seed)
-        mpe2_pos.append([e.state.p_pos for e in mpe2_env.world.entities])
+        mpe2_env.reset(seed=seed)
+        mpe2_pos.append([e.state.p_pos for e in mpe2_env.unwrapped.world.entities])
     for pos in (batched.pos.numpy(), np.array(mpe2_pos)):
         samples = pos.reshape(-1)
         assert -1.0 <= samples.min() < -0.99 and 0.99 < samples.max() <= 1.0
@@ -171,7 +173,7 @@ def test_resets_draw_as_mpe2_draws(env_id):
         return
     pairs = np.bincount((batched.goal[:, 0] * 3 + batched.goal[:, 1]).numpy(), minlength=9) / n_envs
     assert np.abs(pairs - 1 / 9).max() < 4 * np.sqrt(1 / 9 * 8 / 9 / n_envs)  # both agents' goals: 9 pairs alike
-    colours = [landmark.color for landmark in mpe2_env.world.landmarks]
+    colours = [landmark.color for landmark in mpe2_env.unwrapped.world.landmarks]
     np.testing.assert_array_equal(batched.colours.numpy(), np.array(colours, dtype=np.float32))
 
 
@@ -202,7 +204,9 @@ def test_same_seed_same_episodes_and_a_restored_env_goes_on_identically(tmp_path
     one's state (mid-episode) steps exactly as it, through the truncation and the resets that draw new episodes."""
     kwargs = scenario("simple_speaker_listener_v4", continuous_actions=True)
     first, again, other = (m.BatchedMPE("simple_speaker_listener_v4", kwargs, 4, seed, CPU) for seed in (7, 7, 8))
-    obs = [env.reset()[0] for env in (first, again, other)]
+    for env in (first, again, other):
+        env.reset()
+    obs = [env.observe()[0] for env in (first, again, other)]
     assert torch.equal(obs[0], obs[1]) and not torch.equal(obs[0], obs[2])
     assert not torch.equal(obs[0][0], obs[0][1])
     for _ in range(10):

@@ -89,7 +89,8 @@ def test_partial_observability_sizes(agent_neighbors, landmark_neighbors, obs_di
     assert spec.obs_dim == 4 + 2 * landmark_neighbors + 4 * agent_neighbors == obs_dim
     assert spec.state_dim == 3 * obs_dim
     envs = m.BatchedMPE("simple_spread_v3", scenario(num_agent_neighbors=agent_neighbors), 2, seed=0, device=CPU)
-    obs, state = envs.reset()
+    envs.reset()
+    obs, state = envs.observe()
     assert obs.shape == (2, 3, 4 + 2 * 3 + 4 * agent_neighbors) and state.shape == (2, 3 * obs.shape[-1])
 
 
@@ -105,63 +106,6 @@ def test_partial_observability_sizes(agent_neighbors, landmark_neighbors, obs_di
 def test_partial_observability_flags_are_checked(overrides, message):
     with pytest.raises(SystemExit, match=message):
         m.check_args(tiny_args(**overrides))
-
-
-def random_actions(rng, action_dims: list[int], continuous: bool) -> tuple[np.ndarray, dict]:
-    """What the scripts send to step_env, and the same actions as mpe2's parallel env takes them. Continuous:
-    zero-padded vectors with values outside [0, 1], which step_env must clip as PettingZoo's wrapper would."""
-    if not continuous:
-        actions = np.array([rng.integers(n) for n in action_dims])
-        return actions, [int(a) for a in actions]
-    actions = rng.normal(0.5, 0.8, (len(action_dims), max(action_dims))).astype(np.float32)
-    for i, d in enumerate(action_dims):
-        actions[i, d:] = 0.0
-    return actions, [np.clip(a[:d], 0.0, 1.0) for a, d in zip(actions, action_dims)]
-
-
-@pytest.mark.parametrize("continuous", [False, True])
-@pytest.mark.parametrize("env_id", SCENARIOS)
-def test_step_env_steps_exactly_like_mpe2_parallel_env(env_id, continuous):
-    """step_env drives the raw AEC env without PettingZoo's wrappers and joins the state from the observations;
-    observations, state, rewards and episode ends must stay those of mpe2's own parallel env and its state()."""
-    agents, obs_dims, action_dims, _ = SCENARIOS[env_id]
-    if continuous:
-        action_dims = CONTINUOUS_ACTION_DIMS[env_id]
-    obs_dim = max(obs_dims)
-    ours = m.make_env(env_id, scenario(env_id, continuous_actions=continuous))
-    theirs = importlib.import_module(f"mpe2.{env_id}").parallel_env(max_cycles=25, continuous_actions=continuous)
-    obs, state = m.reset_env(ours, obs_dim, seed=4)
-    expected_obs, _ = theirs.reset(seed=4)
-    rng = np.random.default_rng(0)
-    for _ in range(30):  # past the truncation at 25, into a reset
-        if not theirs.agents:
-            obs, state = m.reset_env(ours, obs_dim)
-            expected_obs, _ = theirs.reset()
-        for i, (a, d) in enumerate(zip(agents, obs_dims)):
-            np.testing.assert_array_equal(obs[i, :d], expected_obs[a])
-            assert np.all(obs[i, d:] == 0)
-        np.testing.assert_array_equal(state, theirs.state())
-        actions, their_actions = random_actions(rng, action_dims, continuous)
-        obs, state, rewards, terminated, truncated = m.step_env(ours, actions, obs_dim)
-        expected_obs, expected_rewards, expected_terminated, expected_truncated, _ = theirs.step(
-            dict(zip(agents, their_actions))
-        )
-        np.testing.assert_array_equal(rewards, np.array([expected_rewards[a] for a in agents], dtype=np.float32))
-        assert terminated.tolist() == [expected_terminated[a] for a in agents]
-        assert truncated.tolist() == [expected_truncated[a] for a in agents]
-
-
-def test_step_env_sends_each_agent_its_own_dimensions_inside_the_box():
-    env = m.make_env("simple_speaker_listener_v4", scenario("simple_speaker_listener_v4", continuous_actions=True))
-    m.reset_env(env, 11, seed=0)
-    sent = []
-    step = env.step
-    env.step = lambda action: (sent.append(action), step(action))
-    actions = np.array([[-0.5, 0.3, 1.7, 9.0, 9.0], [2.0, -1.0, 0.25, 1.0, 0.0]], dtype=np.float32)
-    m.step_env(env, actions, 11)
-    assert len(sent) == 2  # the speaker's 3 dimensions, then the listener's 5: padding is never sent
-    np.testing.assert_array_equal(sent[0], np.float32([0.0, 0.3, 1.0]))
-    np.testing.assert_array_equal(sent[1], np.float32([1.0, 0.0, 0.25, 1.0, 0.0]))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -458,8 +402,8 @@ def test_evaluation_plays_mpe2_itself():
     agent = m.Agent(spec, m.Args(env_id=env_id, separate_actors=True))
     for actor in agent.actors:  # logits far from uniform, so that the greedy actions vary
         torch.nn.init.normal_(actor[-1].weight, std=1.0)
-    returns = m.evaluate(agent, [m.make_env(env_id, scenario(env_id)) for _ in range(3)], 10, CPU)
-    assert returns.shape == (3, 2)
+    returns, frames = m.evaluate(agent, [m.make_env(env_id, scenario(env_id)) for _ in range(3)], spec, 10, CPU)
+    assert returns.shape == (3, 2) and frames is None
     for k in range(3):
         env = importlib.import_module(f"mpe2.{env_id}").parallel_env(max_cycles=25)
         observations, _ = env.reset(seed=10 + k)
@@ -476,18 +420,28 @@ def test_evaluation_plays_mpe2_itself():
 
 
 def test_mpe2_envs_do_not_hold_a_drawing_surface_unless_they_render():
-    assert m.make_env("simple_spread_v3", scenario()).screen is None
-    assert m.make_env("simple_spread_v3", scenario(), render_mode="rgb_array").screen is not None
+    assert m.make_env("simple_spread_v3", scenario()).unwrapped.screen is None
+    assert m.make_env("simple_spread_v3", scenario(), render_mode="rgb_array").unwrapped.screen is not None
 
 
-def test_random_generator_states_survive_a_weights_only_checkpoint(tmp_path):
-    m.seed_everything(5, True)
-    torch.save(m.rng_states(), tmp_path / "rng.pt")
-    expected = (torch.rand(3), torch.randperm(10))
-    m.seed_everything(6, True)
-    m.set_rng_states(torch.load(tmp_path / "rng.pt", weights_only=True))
-    again = (torch.rand(3), torch.randperm(10))
-    assert torch.equal(again[0], expected[0]) and torch.equal(again[1], expected[1])
+def test_a_training_state_survives_a_weights_only_checkpoint(tmp_path):
+    """torch's generator (actions, minibatches), the envs' world and generator, the running returns and the
+    progress come back from `torch.load(weights_only=True)` as they were saved."""
+    envs = m.BatchedMPE("simple_spread_v3", scenario(), 4, seed=3, device=CPU)
+    envs.reset()
+    episode_returns = m.EpisodeReturns(4, 3, CPU)
+    episode_returns.add(torch.randn(4, 3), torch.zeros(4, dtype=torch.bool))
+    next_step = {"log": 800, "eval": 1000, "checkpoint": 2000}
+    progress = m.Progress(iteration=7, global_step=700, next_step=next_step, best_eval=-9.5, eval_return=-10.0)
+    torch.manual_seed(5)
+    torch.save(m.training_state(progress, envs, episode_returns), tmp_path / "state.pt")
+    expected = (torch.rand(3), torch.randperm(10), envs.step(torch.zeros(4, 3, dtype=torch.long)).obs)
+    torch.manual_seed(6)
+    other_envs, other_returns = m.BatchedMPE("simple_spread_v3", scenario(), 4, 9, CPU), m.EpisodeReturns(4, 3, CPU)
+    restored = m.resume_training(torch.load(tmp_path / "state.pt", weights_only=True), other_envs, other_returns)
+    again = (torch.rand(3), torch.randperm(10), other_envs.step(torch.zeros(4, 3, dtype=torch.long)).obs)
+    assert all(torch.equal(a, b) for a, b in zip(again, expected))
+    assert restored == progress and torch.equal(other_returns.running, episode_returns.running)
 
 
 def test_a_checkpoint_write_that_fails_leaves_the_previous_one_intact(tmp_path, monkeypatch):
@@ -570,7 +524,7 @@ def test_presets_apply_under_the_flags_given(script):
     module = importlib.import_module(script)
     assert module.parse_args([]) == module.Args()
     for preset, scenarios in module.PRESETS.items():
-        assert scenarios.keys() == set(typing.get_args(module.Args.__annotations__["env_id"])), preset
+        assert scenarios.keys() == set(typing.get_args(typing.get_type_hints(module.Args)["env_id"])), preset
         for env_id, changes in scenarios.items():
             for argv in (["--preset", preset, "--env-id", env_id], [f"--env-id={env_id}", f"--preset={preset}"]):
                 args = module.parse_args(argv)
@@ -584,7 +538,8 @@ def test_presets_apply_under_the_flags_given(script):
 def test_every_numeric_flag_out_of_range_is_a_one_line_error(script):
     """-1 is invalid for every numeric flag of every script; so are gamma and lambda above 1, and NaN."""
     module = importlib.import_module(script)
-    numeric = [f.name for f in dataclasses.fields(module.Args) if f.type in (int, float, int | None)]
+    hints = typing.get_type_hints(module.Args)  # the annotations are strings under `from __future__ import annotations`
+    numeric = [name for name, hint in hints.items() if hint in (int, float, int | None)]
     assert {"lr", "gamma", "clip", "ppo_epoch", "seed", "total_timesteps"} <= set(numeric)
     invalid = [(name, -1) for name in numeric] + [("gamma", 1.5), ("gae_lambda", 1.01), ("lr", float("nan"))]
     for name, value in invalid:
@@ -688,9 +643,11 @@ def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
     assert result.returncode == 2 and "simple_tag_v3" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_record_episode_frames():
+def test_evaluation_records_the_first_episode_when_its_env_renders():
     spec = env_spec(max_cycles=5)
     agent = m.Agent(spec, m.Args())
-    frames = m.record_episode(agent, m.Args(max_cycles=5), torch.device("cpu"), seed=0)
-    assert frames.shape == (6, 700, 700, 3) and frames.dtype == np.uint8
+    envs = m.make_eval_envs(m.Args(max_cycles=5, n_eval_episodes=2, capture_video=True))
+    assert envs[0].render_mode == "rgb_array" and envs[1].render_mode is None
+    returns, frames = m.evaluate(agent, envs, spec, 0, CPU)
+    assert returns.shape == (2, 3) and frames.shape == (6, 700, 700, 3) and frames.dtype == np.uint8
     assert frames.std() > 0

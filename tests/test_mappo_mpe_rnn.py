@@ -131,7 +131,8 @@ def collect(agent, envs, buffer, T: int, first_rollout: bool):
     """Acts for T steps as main() does; alongside, steps the critic one step at a time from its hidden state,
     which gives the reference values and final values (the values "computed while acting")."""
     if first_rollout:
-        buffer.obs[0], buffer.state[0] = envs.reset()
+        envs.reset()
+    buffer.obs[0], buffer.state[0] = envs.observe()  # as main(): each rollout starts from where the envs are
     actor_hidden, critic_hidden = buffer.actor_hidden, buffer.critic_hidden
     values, final_values, actor_hiddens = [], [], []
     one_step = lambda x: x.unsqueeze(0)  # noqa: E731
@@ -195,10 +196,11 @@ def test_replay_reproduces_acting_across_episode_starts(state_type, separate_act
 
 
 def test_evaluation_and_video_reset_the_hidden_state_at_the_episode_start(monkeypatch):
-    """Evaluation acts from zero hidden states with `starts` set at the first step only (one episode per env),
-    and carries the hidden state it is given back from one step to the next."""
+    """Evaluation (its first env recording the video) acts from zero hidden states with `starts` set at the first
+    step only (one episode per env), and carries the hidden state it is given back from one step to the next."""
     torch.manual_seed(0)
-    agent = m.Agent(env_spec(max_cycles=4), m.Args(max_cycles=4))
+    spec = env_spec(max_cycles=4)
+    agent = m.Agent(spec, m.Args(max_cycles=4))
     calls = []
     act = agent.act
 
@@ -208,15 +210,13 @@ def test_evaluation_and_video_reset_the_hidden_state_at_the_episode_start(monkey
         return actions, logprobs, next_hidden
 
     monkeypatch.setattr(agent, "act", spy)
-    envs = [m.make_env("simple_spread_v3", scenario(max_cycles=4)) for _ in range(3)]
-    m.evaluate(agent, envs, 0, CPU)
-    m.record_episode(agent, m.Args(max_cycles=4), CPU, seed=0)
-    assert len(calls) == 8  # 4 steps of evaluation, 4 of the video
-    for episode in (calls[:4], calls[4:]):
-        assert torch.all(episode[0][0] == 0) and episode[0][1].all()
-        for (_, _, given), (hidden, starts, _) in zip(episode[:-1], episode[1:]):
-            assert not starts.any()
-            torch.testing.assert_close(hidden, given, atol=0, rtol=0)
+    envs = m.make_eval_envs(m.Args(max_cycles=4, n_eval_episodes=3, capture_video=True))
+    returns, frames = m.evaluate(agent, envs, spec, 0, CPU)
+    assert len(calls) == 4 and returns.shape == (3, 3) and frames.shape[0] == 5  # 4 steps, and the first frame
+    assert torch.all(calls[0][0] == 0) and calls[0][1].all() and calls[0][1].shape == (3,)
+    for (_, _, given), (hidden, starts, _) in zip(calls[:-1], calls[1:]):
+        assert not starts.any()
+        torch.testing.assert_close(hidden, given, atol=0, rtol=0)
 
 
 # ----------------------------------------------------------------------------------------------------

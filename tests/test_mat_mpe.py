@@ -111,6 +111,24 @@ def test_changing_an_action_changes_no_logits_of_earlier_agents(j):
     assert (after[:, j + 1] - before[:, j + 1]).abs().max() > 1e-3  # agent j+1 does see it
 
 
+def full_re_decode(model, obs_rep: torch.Tensor, avail: torch.Tensor):
+    """The official MAT's acting, as the reference for the cached decoding: at each agent's turn the whole action
+    sequence goes through the decoder again; returns actions, log-probs and head outputs as decode_autoregressive."""
+    B, n_agents, _ = obs_rep.shape
+    shifted = model.start_token.repeat(B, n_agents, 1)
+    actions, logprobs, outs = [], [], []
+    for i in range(n_agents):
+        out = model.decode(shifted, obs_rep)[:, i]
+        dist = m.action_distribution(out, avail[..., i, :], model.std_logit)
+        action = dist.sample()
+        actions.append(action)
+        logprobs.append(dist.log_prob(action))
+        outs.append(out)
+        if i + 1 < n_agents:
+            shifted[:, i + 1] = model.action_tokens(action)
+    return torch.stack(actions, dim=1), torch.stack(logprobs, dim=1), torch.stack(outs, dim=1)
+
+
 @pytest.mark.parametrize("n_agents", [3, 8])
 @pytest.mark.parametrize("n_block,n_head,continuous", [(1, 1, False), (2, 2, False), (2, 2, True)])
 def test_cached_decoding_equals_full_re_decode(n_agents, n_block, n_head, continuous):
@@ -120,9 +138,12 @@ def test_cached_decoding_equals_full_re_decode(n_agents, n_block, n_head, contin
         x, avail = model.agent_inputs(obs, None)
         obs_rep = model.encode(x)[0]
         results = []
-        for use_kv_cache in (True, False):
+        for decode in (
+            lambda: model.decode_autoregressive(obs_rep, avail, False),
+            lambda: full_re_decode(model, obs_rep, avail),
+        ):
             torch.manual_seed(7)  # the same random draws, so both paths see the same earlier actions
-            results.append(model.decode_autoregressive(obs_rep, avail, False, use_kv_cache=use_kv_cache))
+            results.append(decode())
     (cached_actions, cached_logprobs, cached_logits), (full_actions, full_logprobs, full_logits) = results
     torch.testing.assert_close(cached_logits, full_logits, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(cached_actions, full_actions, atol=1e-5 if continuous else 0, rtol=0)
@@ -203,7 +224,8 @@ def test_encoder_follows_a_shuffled_agent_order():
 def test_batched_env_shapes(env_id):
     n_agents, obs_dim, _, action_dims = SCENARIOS[env_id]
     envs = m.BatchedMPE(env_id, scenario(env_id, max_cycles=2), 3, seed=0, device=torch.device("cpu"))
-    obs, _ = envs.reset()
+    envs.reset()
+    obs, _ = envs.observe()
     assert obs.shape == (3, n_agents, obs_dim)
     for _ in range(2):
         step = envs.step(torch.zeros((3, n_agents), dtype=torch.long))

@@ -25,7 +25,8 @@ VARIANTS = {
     "RolloutBuffer": {"mappo_mpe_rnn", "mat_mpe"},  # GRU hidden states and episode starts; MAT stores no state
     "Agent": {"mappo_mpe_rnn"},  # GRU actors and critic
     "evaluate": {"mappo_mpe_rnn"},  # acting carries the GRU's hidden state
-    "record_episode": {"mappo_mpe_rnn"},  # likewise
+    "training_state": {"mappo_mpe_rnn"},  # keeps the GRUs' hidden states for the next rollout
+    "resume_training": {"mappo_mpe_rnn"},  # and puts them back
     "MultiAgentTransformer": {"mat_mpe_ep_critic"},  # the critic on the state replaces the encoder's value head
     "build_agent": {"mat_mpe", "mat_mpe_ep_critic"},  # builds the transformer instead of Agent
 }
@@ -51,7 +52,7 @@ SHARED = sorted({n for s in SOURCES.values() for n in s if sum(n in s for s in S
 def test_the_scripts_share_their_plumbing():
     """Guards the test itself: with at least two scripts, the shared names include the whole env section."""
     assert len(SOURCES) >= 2
-    assert {"make_env", "step_env", "BatchedMPE", "compute_gae", "ValueNorm", "load_checkpoint"} <= set(SHARED)
+    assert {"make_env", "evaluate", "BatchedMPE", "compute_gae", "ValueNorm", "load_checkpoint"} <= set(SHARED)
 
 
 @pytest.mark.parametrize("name", SHARED)
