@@ -177,3 +177,22 @@ def assert_bad_resumes_are_refused(run_script, cwd, module):
             module.main(module.parse_args([*TINY, *flags]))
         assert str(refused.value).startswith("error: ") and message in str(refused.value), str(refused.value)
         assert "\n" not in str(refused.value)
+
+
+def full_re_decode(model, obs_rep: torch.Tensor, avail: torch.Tensor, action_distribution):
+    """The official MAT's acting, as the reference for the cached decoding: at each agent's turn the whole action
+    sequence goes through the decoder again; returns actions, log-probs and head outputs as decode_autoregressive.
+    `action_distribution` is the script's own."""
+    B, n_agents, _ = obs_rep.shape
+    shifted = model.start_token.repeat(B, n_agents, 1)
+    actions, logprobs, outs = [], [], []
+    for i in range(n_agents):
+        out = model.decode(shifted, obs_rep)[:, i]
+        dist = action_distribution(out, avail[..., i, :], model.std_logit)
+        action = dist.sample()
+        actions.append(action)
+        logprobs.append(dist.log_prob(action))
+        outs.append(out)
+        if i + 1 < n_agents:
+            shifted[:, i + 1] = model.action_tokens(action)
+    return torch.stack(actions, dim=1), torch.stack(logprobs, dim=1), torch.stack(outs, dim=1)

@@ -19,6 +19,7 @@ from conftest import (  # noqa: E402
     assert_resume_is_exact,
     assert_sigterm_checkpoint_resumes,
     assert_stops_cleanly,
+    full_re_decode,
     save_then_test_mode,
 )
 
@@ -147,24 +148,6 @@ def test_autoregressive_logprobs_equal_teacher_forced_ones(n_block, n_head, cont
     assert (tf_logprobs if continuous else tf_entropy).std() > 0.01
 
 
-def full_re_decode(model, obs_rep: torch.Tensor, avail: torch.Tensor):
-    """The official MAT's acting, as the reference for the cached decoding: at each agent's turn the whole action
-    sequence goes through the decoder again; returns actions, log-probs and head outputs as decode_autoregressive."""
-    B, n_agents, _ = obs_rep.shape
-    shifted = model.start_token.repeat(B, n_agents, 1)
-    actions, logprobs, outs = [], [], []
-    for i in range(n_agents):
-        out = model.decode(shifted, obs_rep)[:, i]
-        dist = m.action_distribution(out, avail[..., i, :], model.std_logit)
-        action = dist.sample()
-        actions.append(action)
-        logprobs.append(dist.log_prob(action))
-        outs.append(out)
-        if i + 1 < n_agents:
-            shifted[:, i + 1] = model.action_tokens(action)
-    return torch.stack(actions, dim=1), torch.stack(logprobs, dim=1), torch.stack(outs, dim=1)
-
-
 @pytest.mark.parametrize("n_agents,continuous", [(3, False), (8, False), (3, True)])
 def test_cached_decoding_equals_full_re_decode(n_agents, continuous):
     model, spec = random_model(n_agents=n_agents, n_block=2, n_head=2, continuous_actions=continuous)
@@ -175,7 +158,7 @@ def test_cached_decoding_equals_full_re_decode(n_agents, continuous):
         results = []
         for decode in (
             lambda: model.decode_autoregressive(obs_rep, avail, False),
-            lambda: full_re_decode(model, obs_rep, avail),
+            lambda: full_re_decode(model, obs_rep, avail, m.action_distribution),
         ):
             torch.manual_seed(7)  # the same random draws, so both paths see the same earlier actions
             results.append(decode())
