@@ -225,12 +225,14 @@ class Gaussian(Normal):
     (`dims` False) are zero in its samples and add nothing to its log-probabilities and entropies, which are
     summed over the action dimensions (one PPO ratio per agent, as for discrete actions).
 
-    The std is sigmoid(`std_logit`): at most the width of the action box [0, 1]. The entropy bonus sees the
-    unclipped Gaussian, whose entropy grows without bound with its std, while a wider Gaussian only puts more
-    actions on the box's faces once clipped; with an unbounded std the bonus kept widening it."""
+    The env clips actions into the box [0, 1], so both parameters are bounded by it. The mean is sigmoid(`out`):
+    a mean beyond a face would give the env that face for nearly every sample, so the returns would say nothing
+    about it and it would drift further (the recurrent actor's did). The std is sigmoid(`std_logit`), at most the
+    box's width: the entropy bonus sees the unclipped Gaussian, whose entropy grows without bound with its std,
+    while a wider Gaussian only puts more actions on the faces; unbounded, the bonus kept widening it."""
 
-    def __init__(self, mean: torch.Tensor, std_logit: torch.Tensor, dims: torch.Tensor):
-        super().__init__(mean, torch.sigmoid(std_logit).expand_as(mean), validate_args=False)
+    def __init__(self, out: torch.Tensor, std_logit: torch.Tensor, dims: torch.Tensor):
+        super().__init__(torch.sigmoid(out), torch.sigmoid(std_logit).expand_as(out), validate_args=False)
         self.dims = dims
 
     def sample(self) -> torch.Tensor:
@@ -249,7 +251,7 @@ class Gaussian(Normal):
 
 def action_distribution(out: torch.Tensor, avail_actions: torch.Tensor, std_logit: torch.Tensor | None):
     """The one place that tells discrete from continuous actions. Discrete (`std_logit` None): a categorical on
-    the logits `out` with unavailable actions at zero probability. Continuous: a Gaussian with mean `out`.
+    the logits `out` with unavailable actions at zero probability. Continuous: a Gaussian with mean sigmoid(`out`).
     Either way `sample()`, `mode`, `log_prob(actions)` and `entropy()` give one value per agent."""
     if std_logit is None:
         return Categorical(logits=out.masked_fill(~avail_actions, -1e10), validate_args=False)
@@ -271,9 +273,7 @@ class Agent(nn.Module):
         n_actors = n_agents if args.separate_actors else 1
         self.actors = nn.ModuleList(RecurrentNet(actor_in, spec.action_dim, 0.01, args) for _ in range(n_actors))
         self.register_parameter("actor_std_logit", None)  # discrete actions have none
-        if spec.continuous:  # the mean starts at the centre of the box [0, 1], the std at sigmoid(2) = 0.88
-            for actor in self.actors:
-                nn.init.constant_(actor.out.bias, 0.5)
+        if spec.continuous:  # the mean starts at sigmoid(0) = 0.5, the centre of the box, the std at sigmoid(2) = 0.88
             self.actor_std_logit = nn.Parameter(torch.full((n_actors, spec.action_dim), 2.0))
         # EP: one critic pass per env on the shared state, with one value head per agent (agents' returns
         # differ without --team-reward). FP/AS: one pass per agent on an agent-specific state.
@@ -585,6 +585,7 @@ def main(args: Args) -> dict:
     eval_envs = make_eval_envs(args)  # mpe2 itself
     with StopRequest() as stop, start_logging(run_dir, args, resumed_step) as writer:
         agent, value_norm, optimizer = build_agent(envs.spec, args, device)
+        initial_lrs = [group["lr"] for group in optimizer.param_groups]  # before a resume loads decayed ones
         buffer = RolloutBuffer(T, n_envs, envs.spec, device, agent.initial_hidden(n_envs))
         episode_returns = EpisodeReturns(n_envs, len(envs.spec.agents), device)
         if checkpoint is None:
@@ -598,7 +599,8 @@ def main(args: Args) -> dict:
 
         for iteration in range(progress.iteration + 1, num_iterations + 1):
             if args.linear_lr_decay:
-                optimizer.param_groups[0]["lr"] = args.lr * (1.0 - (iteration - 1.0) / num_iterations)
+                for group, initial_lr in zip(optimizer.param_groups, initial_lrs):
+                    group["lr"] = initial_lr * (1.0 - (iteration - 1.0) / num_iterations)
 
             rollout_start = time.time()
             # 1. Collect a rollout: T steps of every env with the current policy, from where the envs are
@@ -1112,7 +1114,7 @@ def range_errors(args) -> list[str]:
             f"{counts} n_head eval_interval n_eval_episodes log_interval checkpoint_interval",
         ),
         ("at least 0", lambda v: v >= 0, "seed ent_coef vf_coef"),
-        ("positive", lambda v: v > 0, "lr clip max_grad_norm huber_delta"),
+        ("positive", lambda v: v > 0, "lr critic_lr clip max_grad_norm huber_delta"),
         ("between 0 and 1", lambda v: 0 <= v <= 1, "gamma gae_lambda"),
     ]
     return [

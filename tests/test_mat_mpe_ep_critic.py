@@ -128,6 +128,23 @@ def test_critic_and_transformer_are_clipped_separately_and_share_no_parameters()
     assert stats["critic_grad_norm"] > 1e-3 and stats["actor_grad_norm"] > 1e-3  # both were clipped, each alone
 
 
+@pytest.mark.parametrize("lr,critic_lr", [(1e-3, 0.0), (0.0, 1e-3)])
+def test_transformer_and_critic_learn_at_their_own_rates(lr, critic_lr):
+    """`--lr` moves the transformer only and `--critic-lr` the critic only; the two groups hold every parameter once."""
+    torch.manual_seed(0)
+    spec = env_spec()
+    args = m.Args(ppo_epoch=2, lr=lr, critic_lr=critic_lr)
+    agent, value_norm, optimizer = m.build_agent(spec, args, CPU)
+    grouped = [id(p) for group in optimizer.param_groups for p in group["params"]]
+    assert sorted(grouped) == sorted(id(p) for p in agent.parameters())
+    before = {name: p.detach().clone() for name, p in agent.named_parameters()}
+    buffer = random_rollout(agent, spec, 4, 2)
+    m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(4, 2, 3), 10 * torch.randn(4, 2, 3), args)
+    moved = {name for name, p in agent.named_parameters() if not torch.equal(p, before[name])}
+    critic = {name for name in before if name.startswith("critic.")}
+    assert moved == (critic if critic_lr else set(before) - critic - {"std_logit"})
+
+
 # ----------------------------------------------------------------------------------------------------
 # The transformer (mat_mpe.py's, without the value head)
 # ----------------------------------------------------------------------------------------------------
@@ -208,6 +225,15 @@ def test_script_end_to_end(tmp_path, run_script, env_id, continuous):
     assert "step       200/200" in result.stdout
     runs = os.listdir(tmp_path / "runs")
     assert len(runs) == 1 and runs[0].startswith(f"{env_id}__mat_mpe_ep_critic__1__")
+
+
+def test_linear_lr_decay_takes_each_rate_down_from_its_own_start(tmp_path, monkeypatch):
+    """Two iterations: the second runs at half of each group's starting rate, which a resume would also use."""
+    monkeypatch.chdir(tmp_path)
+    m.main(m.parse_args([*TINY, "--linear-lr-decay", "--lr", "1e-3", "--critic-lr", "3e-3"]))
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    groups = torch.load(run_dir / "checkpoint.pt", weights_only=True)["optimizer"]["param_groups"]
+    assert [group["lr"] for group in groups] == [1e-3 * 0.5, 3e-3 * 0.5]
 
 
 def test_save_model_then_test_mode_with_video(tmp_path, run_script):
