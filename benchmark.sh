@@ -17,7 +17,8 @@
 #   bash benchmark.sh grid [OPTIONS]  # scripts x scenarios x seeds with --preset tuned, then plots and a table
 #   bash benchmark.sh --print-commands [OPTIONS]  # the grid's training commands, one per line, nothing else
 # Grid OPTIONS: --budget full|quick (full: the official budgets, spread 20M, speaker-listener 2M, reference 3M env
-# steps; quick: 4 scripts x 3 scenarios x 2 seeds in 116 minutes on a 2-core CPU), --seeds N (3),
+# steps; quick: spread 2M, speaker-listener 500k, reference 800k, sized so that 4 scripts x 3 scenarios x 3 seeds
+# take at most 150 minutes on a 2-core CPU), --seeds N (3),
 # --jobs N (runs side by side, 2), --scripts "mappo rnn mat mat_ep", --scenarios "spread listener reference".
 # SEED (1) and PRESET (official; or tuned) choose the seed and the --preset of the learning runs of the other modes.
 # ALGO is mappo (mappo_mpe.py), rnn (mappo_mpe_rnn.py), mat (mat_mpe.py) or mat_ep (mat_mpe_ep_critic.py). Runs go to bench/runs (TensorBoard) and
@@ -381,9 +382,9 @@ grid_budget() {  # env steps per run of grid scenario $1 under budget $2
     full:spread) echo 20000000 ;;
     full:listener) echo 2000000 ;;
     full:reference) echo 3000000 ;;
-    quick:spread) echo 800000 ;;
+    quick:spread) echo 2000000 ;;
     quick:listener) echo 500000 ;;
-    quick:reference) echo 500000 ;;
+    quick:reference) echo 800000 ;;
   esac
 }
 

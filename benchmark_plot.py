@@ -27,6 +27,10 @@ SCENARIO_NAMES = {
 # Per-agent return of a scripted near-optimal policy on mpe2 (optimal agent-landmark assignment, one-step
 # lookahead; 300 episodes, measured for docs/tuning.md); none is known for the other scenarios.
 SCRIPTED_RETURNS = {"simple_spread_v3": -9.0}
+# The best per-agent return of a peer implementation measured on the same mpe2 task, with its source: JaxMARL's
+# MAPPO-RNN (github.com/FLAIROx/JaxMARL, baselines/MAPPO/mappo_rnn_mpe.py with its repository's settings,
+# config/mappo_homogenous_rnn_mpe.yaml), 2M env steps, one seed, on the 2-core CPU of docs/benchmark.md.
+PEER_RETURNS = {"simple_spread_v3": (-13.6, "JaxMARL MAPPO-RNN, 2M steps")}
 SMOOTHING = 10  # logs averaged into one point of a curve and into the final return
 
 
@@ -46,6 +50,7 @@ class Run:
     steps: np.ndarray  # (n_logs,) env steps at which charts/episodic_return was logged
     returns: np.ndarray  # (n_logs,) mean episode return per agent
     team_returns: np.ndarray  # (n_logs,) mean episode return summed over the agents
+    eval_returns: np.ndarray  # (n_evals,) greedy policy's mean episode return per agent, on mpe2
     minutes: np.ndarray  # (n_logs,) wall-clock minutes since the run started
     sps: float  # env steps per second over the whole run, as the script logged it last
 
@@ -58,6 +63,7 @@ def read_run(path: str) -> Run:
         steps=np.array([e.step for e in returns]),
         returns=np.array([e.value for e in returns]),
         team_returns=np.array([e.value for e in events.Scalars("charts/team_return")]),
+        eval_returns=np.array([e.value for e in events.Scalars("eval/episodic_return")]),
         minutes=(np.array([e.wall_time for e in returns]) - events.FirstEventTimestamp()) / 60,
         sps=events.Scalars("charts/SPS")[-1].value,
     )
@@ -96,9 +102,11 @@ def final(values: list[float]) -> str:
 
 
 def results_table(grid: dict[str, dict[str, list[Run]]], env_info: dict) -> str:
-    """One row per scenario and script: final returns (`final` over the seeds of each run's mean of its last
-    SMOOTHING logs), SPS and its ratio to the single-process random-action env step rate, wall-clock time."""
-    columns = ["scenario", "script", "seeds", "env steps", "return per agent", "team return", "SPS", "SPS / env rate"]
+    """One row per scenario and script: final training returns (`final` over the seeds of each run's mean of its
+    last SMOOTHING logs), the greedy policy's return on mpe2 at the last evaluation, SPS and its ratio to the
+    single-process random-action env step rate, wall-clock time."""
+    columns = ["scenario", "script", "seeds", "env steps", "return per agent", "team return", "eval on mpe2"]
+    columns += ["SPS", "SPS / env rate"]
     lines = ["| " + " | ".join([*columns, "wall-clock"]) + " |", "|---" * (len(columns) + 1) + "|"]
     for env_id, settings in grid.items():
         for exp_name, runs in settings.items():
@@ -109,15 +117,28 @@ def results_table(grid: dict[str, dict[str, list[Run]]], env_info: dict) -> str:
                 f"| {SCENARIO_NAMES.get(env_id, env_id)} | {exp_name} | {len(runs)} | {env_steps:,} "
                 f"| {final([run.returns[-SMOOTHING:].mean() for run in runs])} "
                 f"| {final([run.team_returns[-SMOOTHING:].mean() for run in runs])} "
+                f"| {final([run.eval_returns[-1] for run in runs])} "
                 f"| {sps:,.0f} | {f'{sps / rate:.2f}' if rate else 'n/a'} "
                 f"| {np.mean([run.minutes[-1] for run in runs]):.1f} min |"
             )
     return "\n".join(lines) + "\n"
 
 
+def reference_lines(env_id: str, env_info: dict) -> list[tuple[str, float, str]]:
+    """(label, return per agent, line style) of the horizontal lines in a scenario's panel: the random policy's,
+    the scripted policy's and the best peer's returns, those that are known."""
+    peer_return, peer = PEER_RETURNS.get(env_id, (None, None))
+    lines = [
+        ("random", env_info.get(env_id, {}).get("random_return"), ":"),
+        ("scripted", SCRIPTED_RETURNS.get(env_id), "--"),
+        (peer, peer_return, "-."),
+    ]
+    return [line for line in lines if line[1] is not None]
+
+
 def plot_curves(grid: dict[str, dict[str, list[Run]]], env_info: dict, x: str, path: str) -> None:
-    """One panel per scenario: each script's mean over seeds and the range over seeds, with the random and the
-    scripted returns as horizontal lines where known."""
+    """One panel per scenario: each script's mean over seeds and the range over seeds, with the random, the
+    scripted and the best peer's returns as horizontal lines where known."""
     fig = Figure(figsize=(5 * len(grid), 4), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(grid)))
     exp_names = sorted({exp_name for settings in grid.values() for exp_name in settings})
@@ -127,13 +148,8 @@ def plot_curves(grid: dict[str, dict[str, list[Run]]], env_info: dict, x: str, p
             grid_x, curves = seed_curves(runs, x)
             ax.plot(grid_x, curves.mean(axis=0), color=colors[exp_name], label=f"{exp_name} ({len(runs)} seeds)")
             ax.fill_between(grid_x, curves.min(axis=0), curves.max(axis=0), color=colors[exp_name], alpha=0.2)
-        references = {
-            "random": env_info.get(env_id, {}).get("random_return"),
-            "scripted": SCRIPTED_RETURNS.get(env_id),
-        }
-        for (label, value), style in zip(references.items(), (":", "--")):
-            if value is not None:
-                ax.axhline(value, color="gray", linestyle=style, label=label)
+        for label, value, style in reference_lines(env_id, env_info):
+            ax.axhline(value, color="gray", linestyle=style, label=label)
         ax.set_title(SCENARIO_NAMES.get(env_id, env_id))
         ax.set_xlabel("env steps" if x == "steps" else "wall-clock minutes")
         if x == "steps":

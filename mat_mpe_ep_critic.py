@@ -152,13 +152,20 @@ PRESETS = {
         "simple_reference_v3": {"ppo_epoch": 15},
     },
 }
+# With `--continuous-actions`, laid over PRESETS as well: on spread the Gaussian's entropy bonus, summed over 5
+# action dimensions, would hold the std at its bound, and the rollouts would act with that much noise
+# (continuous_actions.md).
+CONTINUOUS_PRESETS = {"official": {}, "tuned": {"simple_spread_v3": {"ent_coef": 0.003}}}
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
-    """The command line, read twice: the first pass finds `--preset` and `--env-id`, so that the second starts from
-    that preset's settings for that scenario, which every flag given then overrides."""
+    """The command line, read twice: the first pass finds `--preset`, `--env-id` and `--continuous-actions`, so that
+    the second starts from that preset's settings for that scenario, which every flag given then overrides."""
     chosen, _ = tyro.cli(Args, args=argv, return_unknown_args=True, add_help=False)
-    return tyro.cli(Args, args=argv, default=dataclasses.replace(Args(), **PRESETS[chosen.preset][chosen.env_id]))
+    settings = PRESETS[chosen.preset][chosen.env_id]
+    if chosen.continuous_actions:
+        settings = settings | CONTINUOUS_PRESETS[chosen.preset].get(chosen.env_id, {})
+    return tyro.cli(Args, args=argv, default=dataclasses.replace(Args(), **settings))
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -532,8 +532,8 @@ def test_impossible_settings_are_rejected(overrides, message):
 @pytest.mark.parametrize("script", ["mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"])
 def test_presets_apply_under_the_flags_given(script):
     """`--preset` with `--env-id` starts from that preset's settings for that scenario (in either order and flag
-    form), flags given win over them, no flags give the official spread settings (Args' defaults), and every
-    preset covers every scenario and passes check_args."""
+    form), with `--continuous-actions` also from CONTINUOUS_PRESETS; flags given win over them, no flags give
+    the official spread settings (Args' defaults), and every preset covers every scenario and passes check_args."""
     module = importlib.import_module(script)
     assert module.parse_args([]) == module.Args()
     for preset, scenarios in module.PRESETS.items():
@@ -545,6 +545,15 @@ def test_presets_apply_under_the_flags_given(script):
                 module.check_args(args)
             given = module.parse_args(["--preset", preset, "--env-id", env_id, "--ppo-epoch", "3", "--gamma", "0.5"])
             assert (given.ppo_epoch, given.gamma, given.preset, given.env_id) == (3, 0.5, preset, env_id)
+            continuous = changes | module.CONTINUOUS_PRESETS[preset].get(env_id, {})
+            args = module.parse_args(["--continuous-actions", "--env-id", env_id, "--preset", preset])
+            assert args == dataclasses.replace(
+                module.Args(), preset=preset, env_id=env_id, continuous_actions=True, **continuous
+            )
+            module.check_args(args)
+    assert module.CONTINUOUS_PRESETS.keys() == module.PRESETS.keys()
+    given = module.parse_args(["--preset", "tuned", "--continuous-actions", "--ent-coef", "0.02"])
+    assert given.ent_coef == 0.02
 
 
 @pytest.mark.parametrize("script", ["mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"])
