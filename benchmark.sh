@@ -20,6 +20,7 @@
 # steps; quick: spread 2M, speaker-listener 500k, reference 800k, sized so that 4 scripts x 3 scenarios x 3 seeds
 # take at most 150 minutes on a 2-core CPU), --seeds N (3),
 # --jobs N (runs side by side, 2), --scripts "mappo rnn mat mat_ep", --scenarios "spread listener reference".
+# The same grid command again, after Ctrl-C, skips the finished runs and resumes the stopped ones from their checkpoints.
 # SEED (1) and PRESET (official; or tuned) choose the seed and the --preset of the learning runs of the other modes.
 # ALGO is mappo (mappo_mpe.py), rnn (mappo_mpe_rnn.py), mat (mat_mpe.py) or mat_ep (mat_mpe_ep_critic.py). Runs go to bench/runs (TensorBoard) and
 # bench/ALGO_*.log; every run ends with a table of its returns.
@@ -442,19 +443,21 @@ env_info() {  # JSON: each grid scenario's single-process random-action env step
   echo "}"
 }
 
-grid() {  # runs the grid in bench/grid_BUDGET, jobs at a time, skipping finished runs; then plots and a table
+grid() {  # runs the grid in bench/grid_BUDGET, jobs at a time, skipping finished runs and resuming stopped ones
+  # from their checkpoint (on Ctrl-C each run saves one); then plots and a table
   mkdir -p "grid_$budget/logs"
   cd "grid_$budget"
   env_info > env_info.json  # first, while the CPU is idle
   local cores; cores=$(nproc)
   export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( cores > jobs ? cores / jobs : 1 ))}"  # torch threads per run: the cores shared out
-  local start=$SECONDS scenario name s run
+  local start=$SECONDS scenario name s run checkpoint
   while read -r scenario name s; do
     run="$(env_id_of "$scenario")__$(basename "$(script_of "$name")" .py)__$s"  # the run folder's name, less its time
     grep -q "^run in " "logs/$run.log" 2>/dev/null && continue
-    rm -rf runs/"${run}"__*  # the folder of an unfinished earlier try
+    checkpoint="$(compgen -G "runs/${run}__*/checkpoint.pt" || true)"
+    [ -n "$checkpoint" ] || rm -rf runs/"${run}"__*  # the folder of an earlier try stopped before its first checkpoint
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
-    eval "$(grid_command "$scenario" "$name" "$s")" > "logs/$run.log" 2>&1 &
+    eval "$(grid_command "$scenario" "$name" "$s") ${checkpoint:+--resume $checkpoint}" >> "logs/$run.log" 2>&1 &
   done < <(grid_runs)
   wait
   echo "grid of $(grid_runs | wc -l) runs, $jobs side by side: $(( (SECONDS - start) / 60 )) minutes"

@@ -51,8 +51,8 @@ class Run:
     returns: np.ndarray  # (n_logs,) mean episode return per agent
     team_returns: np.ndarray  # (n_logs,) mean episode return summed over the agents
     eval_returns: np.ndarray  # (n_evals,) greedy policy's mean episode return per agent, on mpe2
-    minutes: np.ndarray  # (n_logs,) wall-clock minutes since the run started
-    sps: float  # env steps per second over the whole run, as the script logged it last
+    minutes: np.ndarray  # (n_logs,) wall-clock minutes since the run started, the pauses before resumes left out
+    sps: float  # env steps per second since the run (or its last resume) started, as the script logged it last
 
 
 def read_run(path: str) -> Run:
@@ -64,9 +64,20 @@ def read_run(path: str) -> Run:
         returns=np.array([e.value for e in returns]),
         team_returns=np.array([e.value for e in events.Scalars("charts/team_return")]),
         eval_returns=np.array([e.value for e in events.Scalars("eval/episodic_return")]),
-        minutes=(np.array([e.wall_time for e in returns]) - events.FirstEventTimestamp()) / 60,
+        minutes=training_seconds(path, np.array([e.wall_time for e in returns]), events.FirstEventTimestamp()) / 60,
         sps=events.Scalars("charts/SPS")[-1].value,
     )
+
+
+def training_seconds(path: str, wall_times: np.ndarray, started: float) -> np.ndarray:
+    """Seconds since `started` at each of `wall_times`, less each pause between a stop and its resume: a resumed
+    run writes a new event file into its folder, named with the second it was opened."""
+    opened = sorted(int(name.split(".")[3]) for name in os.listdir(path) if name.startswith("events.out.tfevents."))
+    seconds = wall_times - started
+    for opened_before, resumed in zip(opened, opened[1:]):
+        stopped = wall_times[wall_times < resumed].max(initial=opened_before)  # its last log, as far as is known
+        seconds[wall_times >= resumed] -= resumed - stopped
+    return seconds
 
 
 def read_grid(runs_dir: str) -> dict[str, dict[str, list[Run]]]:

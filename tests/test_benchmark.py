@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -84,6 +85,30 @@ def test_results_table_numbers(grid_dir):
     final_b = returns[("simple_spread_v3", "b", 1)][-10:].mean()
     assert rows[("| spread", "b")].startswith(f"| spread | b | 1 | 24,000 | {final_b:.2f} ± 0.00 |")
     assert rows[("| reference", "a")].endswith("| 1,000 | n/a | 15.0 min |")  # no env rate known for reference
+
+
+def test_resumed_run_counts_out_its_pause(tmp_path, monkeypatch):
+    """A run stopped after log 17, resumed from its checkpoint at log 15 a day later: the two logs after the
+    checkpoint are hidden, and the minutes go on from where the kept logs stopped."""
+    run_dir = str(tmp_path / "simple_spread_v3__a__1__1000")
+    writer = SummaryWriter(run_dir)
+    started = time.time()
+    for i in range(17):
+        writer.add_scalar("charts/episodic_return", -20.0, STEPS[i], walltime=started + 30 * (i + 1))
+    writer.close()
+    resumed = float(int(started) + 86_400)  # event files are named with whole seconds
+    monkeypatch.setattr(time, "time", lambda: resumed)
+    writer = SummaryWriter(run_dir, purge_step=STEPS[14] + 1)
+    monkeypatch.undo()
+    for i in range(15, 30):
+        writer.add_scalar("charts/episodic_return", -10.0, STEPS[i], walltime=resumed + 30 * (i - 14))
+    writer.close()
+    events = EventAccumulator(run_dir, size_guidance={"scalars": 0})
+    events.Reload()
+    returns = events.Scalars("charts/episodic_return")
+    assert [e.step for e in returns] == list(STEPS)
+    seconds = bp.training_seconds(run_dir, np.array([e.wall_time for e in returns]), started)
+    np.testing.assert_allclose(seconds, 30 * np.arange(1, 31), atol=1e-3)
 
 
 def test_seed_curves_average_on_the_shortest_run(grid_dir):
