@@ -14,6 +14,8 @@
 #   bash benchmark.sh ALGO official-task  # spread, 500k steps, on the task of the official codes' MPE copy
 #   bash benchmark.sh ALGO resume     # spread 600k straight, and stopped by SIGTERM at 300k then resumed: equal?
 #   bash benchmark.sh ALGO sweep      # the settings screen: spread, 500k steps per setting, JOBS (2) side by side
+#   bash benchmark.sh ALGO scaling    # spread with N_AGENTS ("1 2 3 4 6 8 10") agents, 2M steps each, JOBS side by
+#                                     # side; then the final return against N of every script run so (bench/scaling)
 #   bash benchmark.sh grid [OPTIONS]  # scripts x scenarios x seeds with --preset tuned, then plots and a table
 #   bash benchmark.sh --print-commands [OPTIONS]  # the grid's training commands, one per line, nothing else
 # Grid OPTIONS: --budget full|quick (full: the official budgets, spread 20M, speaker-listener 2M, reference 3M env
@@ -41,7 +43,7 @@ script_of() {  # the script file of ALGO $1, or nothing
 }
 
 usage() {
-  echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume|sweep|versus REV, bash benchmark.sh mat acting|critic, bash benchmark.sh grid|--print-commands [OPTIONS]"
+  echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume|sweep|scaling|versus REV, bash benchmark.sh mat acting|critic, bash benchmark.sh grid|--print-commands [OPTIONS]"
   exit 2
 }
 
@@ -307,6 +309,24 @@ for round in (1, 2):
 PY
 }
 
+scaling() {  # spread with --preset tuned at each team size of N_AGENTS, 2M env steps, JOBS at a time, skipping finished
+  # runs; then the figure and table of every script's runs in bench/scaling, with the hand-written policies
+  local jobs="${JOBS:-2}" name n run
+  name="$(basename "$script" .py)"
+  mkdir -p scaling/logs
+  cd scaling
+  export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+  for n in ${N_AGENTS:-1 2 3 4 6 8 10}; do
+    run="simple_spread_v3__${name}_n${n}__${seed}"
+    grep -q "^run in " "logs/$run.log" 2>/dev/null && continue
+    rm -rf "runs/${run}__"*  # an unfinished earlier try
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+    python "$here/$name.py" --preset tuned --n-agents "$n" --seed "$seed" --exp-name "${name}_n$n" > "logs/$run.log" 2>&1 &
+  done
+  wait
+  python "$here/benchmark_plot.py" runs --scaling --out .
+}
+
 sweep_configs() {  # the settings screened by `sweep`, one "name: flags" per line, flags changed from the official
   # spread settings, in the order they run. First the discount and the entropy bonus, the knobs an earlier probe found
   # strongest; then one knob at a time changed from g90 (gamma 0.9), the best of those for MAPPO.
@@ -512,6 +532,7 @@ case "${2:-}" in
   reference) train reference "${reference_flags[@]}" ;;
   resume) stop_and_resume 2>&1 | tee "${algo}_resume.log" ;;
   sweep) sweep | tee "${algo}_sweep.log" ;;
+  scaling) scaling ;;
   official-task)
     official_task 2>&1 | tee "${algo}_official_task.log"
     curve "__${algo}_official_task__" | tee -a "${algo}_official_task.log"

@@ -24,9 +24,10 @@ SCENARIO_NAMES = {
     "simple_speaker_listener_v4": "speaker-listener",
     "simple_reference_v3": "reference",
 }
-# Per-agent return of a scripted near-optimal policy on mpe2 (optimal agent-landmark assignment, one-step
-# lookahead; 300 episodes, measured for docs/tuning.md); none is known for the other scenarios.
-SCRIPTED_RETURNS = {"simple_spread_v3": -9.0}
+# Hand-written policies on mpe2 (reference_policies.py) drawn as lines, with their line styles; the grid's spread
+# runs have 3 agents
+REFERENCE_POLICY_STYLES = {"nearest landmark": (0, (3, 1, 1, 1)), "scripted": "--"}
+GRID_N_AGENTS = "3"
 # The best per-agent return of a peer implementation measured on the same mpe2 task, with its source: JaxMARL's
 # MAPPO-RNN (github.com/FLAIROx/JaxMARL, baselines/MAPPO/mappo_rnn_mpe.py with its repository's settings,
 # config/mappo_homogenous_rnn_mpe.yaml), 2M env steps, one seed, on the 2-core CPU of docs/benchmark.md.
@@ -41,6 +42,13 @@ class Args:
     env_info: str | None = None
     """JSON with each scenario's single-process random-action `steps_per_s` and `random_return` per agent (as
     `bash benchmark.sh grid` writes it); without it the table has no SPS ratio and the plots no random line"""
+    reference_policies: str = os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "docs/benchmark/reference_policies.json"
+    )
+    """JSON of the hand-written policies' returns per agent on mpe2, as `reference_policies.py --out` writes it"""
+    scaling: bool = False
+    """the runs are spread at several team sizes, experiments named SCRIPT_nN (`bash benchmark.sh ALGO scaling`):
+    draw the final return per agent against N, with the hand-written policies, and write scaling.md"""
     out: str = "benchmark"
     """folder for returns_vs_steps.png, returns_vs_time.png and results.md"""
 
@@ -135,21 +143,21 @@ def results_table(grid: dict[str, dict[str, list[Run]]], env_info: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def reference_lines(env_id: str, env_info: dict) -> list[tuple[str, float, str]]:
+def reference_lines(env_id: str, env_info: dict, policies: dict) -> list[tuple[str, float, str]]:
     """(label, return per agent, line style) of the horizontal lines in a scenario's panel: the random policy's,
-    the scripted policy's and the best peer's returns, those that are known."""
+    the hand-written policies' (`policies`, as reference_policies.py writes them) and the best peer's returns,
+    those that are known."""
     peer_return, peer = PEER_RETURNS.get(env_id, (None, None))
-    lines = [
-        ("random", env_info.get(env_id, {}).get("random_return"), ":"),
-        ("scripted", SCRIPTED_RETURNS.get(env_id), "--"),
-        (peer, peer_return, "-."),
-    ]
+    measured = policies.get(env_id, {}).get(GRID_N_AGENTS, {})
+    lines = [("random", env_info.get(env_id, {}).get("random_return"), ":")]
+    lines += [(name, measured[name][0], style) for name, style in REFERENCE_POLICY_STYLES.items() if name in measured]
+    lines.append((peer, peer_return, "-."))
     return [line for line in lines if line[1] is not None]
 
 
-def plot_curves(grid: dict[str, dict[str, list[Run]]], env_info: dict, x: str, path: str) -> None:
+def plot_curves(grid: dict[str, dict[str, list[Run]]], env_info: dict, policies: dict, x: str, path: str) -> None:
     """One panel per scenario: each script's mean over seeds and the range over seeds, with the random, the
-    scripted and the best peer's returns as horizontal lines where known."""
+    hand-written and the best peer's returns as horizontal lines where known."""
     fig = Figure(figsize=(5 * len(grid), 4), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(grid)))
     exp_names = sorted({exp_name for settings in grid.values() for exp_name in settings})
@@ -159,7 +167,7 @@ def plot_curves(grid: dict[str, dict[str, list[Run]]], env_info: dict, x: str, p
             grid_x, curves = seed_curves(runs, x)
             ax.plot(grid_x, curves.mean(axis=0), color=colors[exp_name], label=f"{exp_name} ({len(runs)} seeds)")
             ax.fill_between(grid_x, curves.min(axis=0), curves.max(axis=0), color=colors[exp_name], alpha=0.2)
-        for label, value, style in reference_lines(env_id, env_info):
+        for label, value, style in reference_lines(env_id, env_info, policies):
             ax.axhline(value, color="gray", linestyle=style, label=label)
         ax.set_title(SCENARIO_NAMES.get(env_id, env_id))
         ax.set_xlabel("env steps" if x == "steps" else "wall-clock minutes")
@@ -167,6 +175,65 @@ def plot_curves(grid: dict[str, dict[str, list[Run]]], env_info: dict, x: str, p
             ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 200k, 1M: raw step counts overlap
         ax.set_ylabel("episode return per agent")
         ax.legend(fontsize="small")
+    fig.savefig(path, dpi=100)
+
+
+def team_size_runs(grid: dict[str, dict[str, list[Run]]]) -> dict[str, dict[int, list[Run]]]:
+    """{script: {N: runs}} of the spread experiments named SCRIPT_nN, N ascending."""
+    runs = defaultdict(dict)
+    for exp_name, seeds in sorted(grid.get("simple_spread_v3", {}).items(), key=lambda e: int(e[0].rsplit("_n", 1)[1])):
+        script, n = exp_name.rsplit("_n", 1)
+        runs[script][int(n)] = seeds
+    return runs
+
+
+def final_returns(seeds: list[Run]) -> tuple[float, float]:
+    """Train and greedy return per agent at the end, each the mean over the seeds: train is the mean of a run's last
+    10% of logged returns (steadier than its last logs), greedy its last evaluation on mpe2."""
+    train = [run.returns[-max(1, len(run.returns) // 10) :].mean() for run in seeds]
+    return float(np.mean(train)), float(np.mean([run.eval_returns[-1] for run in seeds]))
+
+
+def scaling_table(runs: dict[str, dict[int, list[Run]]], policies: dict) -> str:
+    """One row per script and team size: the final train and greedy returns per agent (mean over seeds), the
+    hand-written policies' returns, and the share of the gap from random to scripted that each closes."""
+    measured = policies.get("simple_spread_v3", {})
+    columns = ["script", "N", "seeds", "env steps", "train", "eval on mpe2", "random", "nearest landmark", "scripted"]
+    lines = ["| " + " | ".join([*columns, "gap closed, train / eval"]) + " |"]
+    lines.append("|---" * 10 + "|")
+    for script, sizes in runs.items():
+        for n, seeds in sizes.items():
+            train, greedy = final_returns(seeds)
+            ref = {
+                name: measured.get(str(n), {}).get(name, [np.nan])[0]
+                for name in ("random", "nearest landmark", "scripted")
+            }
+            closed = [(x - ref["random"]) / (ref["scripted"] - ref["random"]) for x in (train, greedy)]
+            lines.append(
+                f"| {script} | {n} | {len(seeds)} | {min(r.steps[-1] for r in seeds):,} | {train:.2f} | {greedy:.2f} | "
+                + " | ".join(f"{v:.2f}" for v in ref.values())
+                + f" | {closed[0]:.0%} / {closed[1]:.0%} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def plot_scaling(runs: dict[str, dict[int, list[Run]]], policies: dict, path: str) -> None:
+    """Final return per agent against the team size: each script's train (solid) and greedy (dashed) returns, the
+    hand-written policies as gray lines."""
+    fig = Figure(figsize=(6, 4.5), layout="constrained")
+    ax = fig.subplots()
+    for i, (script, sizes) in enumerate(runs.items()):
+        train, greedy = zip(*(final_returns(seeds) for seeds in sizes.values()))
+        ax.plot(list(sizes), train, "o-", color=f"C{i}", label=f"{script}, train")
+        ax.plot(list(sizes), greedy, "s--", color=f"C{i}", label=f"{script}, greedy on mpe2")
+    measured = policies.get("simple_spread_v3", {})
+    sizes = sorted(int(n) for n in measured)
+    for name, style in {"random": ":", **REFERENCE_POLICY_STYLES}.items():
+        ax.plot(sizes, [measured[str(n)][name][0] for n in sizes], color="gray", linestyle=style, label=name)
+    ax.set_xlabel("agents (and landmarks), N")
+    ax.set_ylabel("episode return per agent")
+    ax.set_title("spread: final return against team size")
+    ax.legend(fontsize="small")
     fig.savefig(path, dpi=100)
 
 
@@ -178,9 +245,21 @@ def main(args: Args) -> None:
     if args.env_info:
         with open(args.env_info) as f:
             env_info = json.load(f)
+    policies = {}
+    if os.path.exists(args.reference_policies):
+        with open(args.reference_policies) as f:
+            policies = json.load(f)
     os.makedirs(args.out, exist_ok=True)
-    plot_curves(grid, env_info, "steps", os.path.join(args.out, "returns_vs_steps.png"))
-    plot_curves(grid, env_info, "minutes", os.path.join(args.out, "returns_vs_time.png"))
+    if args.scaling:
+        runs = team_size_runs(grid)
+        plot_scaling(runs, policies, os.path.join(args.out, "returns_vs_agents.png"))
+        table = scaling_table(runs, policies)
+        with open(os.path.join(args.out, "scaling.md"), "w") as f:
+            f.write(table)
+        print(table, end="")
+        return
+    plot_curves(grid, env_info, policies, "steps", os.path.join(args.out, "returns_vs_steps.png"))
+    plot_curves(grid, env_info, policies, "minutes", os.path.join(args.out, "returns_vs_time.png"))
     table = results_table(grid, env_info)
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(table)

@@ -69,6 +69,8 @@ class Args:
     """simple_spread_v3 only: each agent observes only its nearest K other agents (default: all)"""
     num_landmark_neighbors: int | None = None
     """simple_spread_v3 only: each agent observes only its nearest K landmarks (default: all)"""
+    sort_entities: bool = False
+    """simple_spread_v3 only: the networks get each agent's landmarks and other agents nearest first (sort_entities)"""
     max_cycles: int = 25
     """steps before an episode is truncated"""
     continuous_actions: bool = False
@@ -143,7 +145,7 @@ PRESETS = {
         "simple_reference_v3": {"ppo_epoch": 15, "activation": "relu"},
     },
     "tuned": {
-        "simple_spread_v3": {"gamma": 0.9},
+        "simple_spread_v3": {"gamma": 0.9, "sort_entities": True},
         "simple_speaker_listener_v4": {"ppo_epoch": 15, "separate_actors": True},  # tanh: same at 2M, faster before
         "simple_reference_v3": {"ppo_epoch": 15, "activation": "relu"},
     },
@@ -264,6 +266,30 @@ def action_distribution(out: torch.Tensor, avail_actions: torch.Tensor, std_logi
     return Gaussian(out, std_logit, avail_actions)
 
 
+def sort_entities(x: torch.Tensor, entities: tuple) -> torch.Tensor:
+    """x (..., F) with the blocks of each entity group reordered by distance, nearest first. A group (count, starts)
+    is `count` blocks of 2 numbers from each start: the first run holds the entities' positions relative to the
+    agent, which set the order; the other runs (their messages) follow it. mpe2 lists spread's landmarks and
+    teammates in a fixed order, so an MLP has to learn the role of each block N times over ("go to the nearest
+    landmark" is a different function of the input for each of them); sorted, block k is always the k-th nearest.
+    A permutation of the input only: the observation itself stays mpe2's."""
+    x = x.clone()
+    for count, starts in entities:
+        runs = [x[..., s : s + 2 * count].unflatten(-1, (count, 2)) for s in starts]  # each (..., count, 2)
+        order = runs[0].norm(dim=-1).argsort(dim=-1, stable=True)[..., None].expand_as(runs[0])
+        for s, run in zip(starts, [run.gather(-2, order).flatten(-2) for run in runs]):
+            x[..., s : s + 2 * count] = run
+    return x
+
+
+def sort_state_entities(state: torch.Tensor, entities: tuple, n_agents: int) -> torch.Tensor:
+    """state (..., state_dim) with each agent's part sorted by `sort_entities`: spread's state, the one scenario
+    with entities, joins the agents' observations."""
+    if not entities:
+        return state
+    return sort_entities(state.unflatten(-1, (n_agents, -1)), entities).flatten(-2)
+
+
 class Agent(nn.Module):
     """Decentralized recurrent actor(s) on each agent's observation and a centralized recurrent critic. The
     actors keep a hidden state per (env, agent), the critic one per critic row: per env with EP (all agents would
@@ -273,6 +299,7 @@ class Agent(nn.Module):
         super().__init__()
         n_agents = len(spec.agents)
         self.obs_dim, self.state_type, self.use_agent_id = spec.obs_dim, args.state_type, args.use_agent_id
+        self.entities = spec.entities if args.sort_entities else ()
         self.register_buffer("agent_ids", torch.eye(n_agents))
         self.register_buffer("avail_actions", torch.as_tensor(spec.avail_actions))
         actor_in = spec.obs_dim + (n_agents if args.use_agent_id else 0)
@@ -301,6 +328,7 @@ class Agent(nn.Module):
 
     def critic_input(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """obs (..., n_agents, obs_dim), state (..., state_dim) -> EP (..., 1, state_dim), FP/AS (..., n_agents, F)."""
+        obs, state = sort_entities(obs, self.entities), sort_state_entities(state, self.entities, len(self.agent_ids))
         if self.state_type == "EP":
             return state.unsqueeze(-2)
         ids = self.agent_ids.expand(*obs.shape[:-1], -1)
@@ -311,6 +339,7 @@ class Agent(nn.Module):
 
     def actor_input(self, obs: torch.Tensor) -> torch.Tensor:
         """obs (..., n_agents, obs_dim) with each agent's one-hot id appended when `use_agent_id`."""
+        obs = sort_entities(obs, self.entities)
         if not self.use_agent_id:
             return obs
         return torch.cat([obs, self.agent_ids.expand(*obs.shape[:-1], -1)], dim=-1)
@@ -700,6 +729,7 @@ class EnvSpec(NamedTuple):
     state_dim: int
     avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's actions or action dimensions
     continuous: bool  # Box(0, 1) action vectors, zero-padded to action_dim, instead of discrete actions
+    entities: tuple  # groups of interchangeable entities in the observation, see `sort_entities` (spread only)
 
 
 def scenario_kwargs(args: Args) -> dict:
@@ -727,8 +757,13 @@ def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
     spaces = [env.action_space(a) for a in env.possible_agents]
     action_dims = [space.shape[0] if continuous else int(space.n) for space in spaces]
     avail = np.arange(max(action_dims)) < np.array(action_dims)[:, None]  # (n_agents, action_dim)
-    state_dim = env.state_space.shape[0]
-    return EnvSpec(env.possible_agents, max(obs_dims), max(action_dims), state_dim, avail, continuous)
+    state_dim, entities = env.state_space.shape[0], ()
+    if env_id == "simple_spread_v3":  # [vel, pos, landmarks, other agents, their messages], 2 numbers each
+        n_landmarks = scenario["num_landmark_neighbors"] or len(obs_dims)
+        n_others = scenario["num_agent_neighbors"] or len(obs_dims) - 1
+        others = 4 + 2 * n_landmarks
+        entities = ((n_landmarks, (4,)), (n_others, (others, others + 2 * n_others)))
+    return EnvSpec(env.possible_agents, max(obs_dims), max(action_dims), state_dim, avail, continuous, entities)
 
 
 class StepResult(NamedTuple):
@@ -781,7 +816,8 @@ class BatchedMPE:
             self.n_landmarks, self.dim_c, movable, speaks = 3, 10, [True, True], [True, True]
             colours = [[0.75, 0.25, 0.25], [0.25, 0.75, 0.25], [0.25, 0.25, 0.75]]
         self.colours = torch.tensor(colours, device=device)
-        self.others = torch.tensor([[k for k in range(n_agents) if k != i] for i in range(n_agents)], device=device)
+        others = [[k for k in range(n_agents) if k != i] for i in range(n_agents)]  # empty rows with one agent
+        self.others = torch.tensor(others, dtype=torch.long, device=device)  # (n_agents, n_agents - 1)
         self.agent_rows = torch.arange(n_agents, device=device)
         self.action_effects = self.action_table(movable, speaks).to(device)
         zeros = lambda *shape, dtype=None: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
@@ -1146,8 +1182,8 @@ def check_args(args: Args):
             "--capture-video needs the package imageio-ffmpeg to write mp4 files (pip install imageio-ffmpeg)",
         ),
         (
-            args.env_id != "simple_spread_v3" and neighbors != (None, None),
-            f"--num-agent-neighbors and --num-landmark-neighbors apply to simple_spread_v3 only, not {args.env_id}",
+            args.env_id != "simple_spread_v3" and (neighbors != (None, None) or args.sort_entities),
+            f"--num-*-neighbors and --sort-entities apply to simple_spread_v3 only, not {args.env_id}",
         ),
         (
             neighbors[0] is not None and not 1 <= neighbors[0] <= args.n_agents - 1,

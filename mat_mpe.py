@@ -70,6 +70,8 @@ class Args:
     """simple_spread_v3 only: each agent observes only its nearest K other agents (default: all)"""
     num_landmark_neighbors: int | None = None
     """simple_spread_v3 only: each agent observes only its nearest K landmarks (default: all)"""
+    sort_entities: bool = False
+    """simple_spread_v3 only: the encoder gets each agent's landmarks and other agents nearest first (sort_entities)"""
     max_cycles: int = 25
     """steps before an episode is truncated"""
     continuous_actions: bool = False
@@ -137,7 +139,7 @@ class Args:
 PRESETS = {
     "official": {"simple_spread_v3": {}, "simple_speaker_listener_v4": {}, "simple_reference_v3": {}},
     "tuned": {
-        "simple_spread_v3": {"gamma": 0.9},
+        "simple_spread_v3": {"gamma": 0.9, "sort_entities": True},
         "simple_speaker_listener_v4": {"ppo_epoch": 15},
         "simple_reference_v3": {"ppo_epoch": 15},
     },
@@ -279,6 +281,22 @@ def action_distribution(out: torch.Tensor, avail_actions: torch.Tensor, std_logi
     return Gaussian(out, std_logit, avail_actions)
 
 
+def sort_entities(x: torch.Tensor, entities: tuple) -> torch.Tensor:
+    """x (..., F) with the blocks of each entity group reordered by distance, nearest first. A group (count, starts)
+    is `count` blocks of 2 numbers from each start: the first run holds the entities' positions relative to the
+    agent, which set the order; the other runs (their messages) follow it. mpe2 lists spread's landmarks and
+    teammates in a fixed order, so an MLP has to learn the role of each block N times over ("go to the nearest
+    landmark" is a different function of the input for each of them); sorted, block k is always the k-th nearest.
+    A permutation of the input only: the observation itself stays mpe2's."""
+    x = x.clone()
+    for count, starts in entities:
+        runs = [x[..., s : s + 2 * count].unflatten(-1, (count, 2)) for s in starts]  # each (..., count, 2)
+        order = runs[0].norm(dim=-1).argsort(dim=-1, stable=True)[..., None].expand_as(runs[0])
+        for s, run in zip(starts, [run.gather(-2, order).flatten(-2) for run in runs]):
+            x[..., s : s + 2 * count] = run
+    return x
+
+
 class MultiAgentTransformer(nn.Module):
     """Encoder: observations -> representations and values; decoder: representations and earlier agents'
     actions -> the next agent's action logits."""
@@ -287,6 +305,7 @@ class MultiAgentTransformer(nn.Module):
         super().__init__()
         n_agents, n_embd = len(spec.agents), args.n_embd
         self.obs_dim, self.action_dim, self.continuous = spec.obs_dim, spec.action_dim, spec.continuous
+        self.entities = spec.entities if args.sort_entities else ()
         self.register_buffer("agent_ids", torch.eye(n_agents))
         self.register_buffer("avail_actions", torch.as_tensor(spec.avail_actions))
         in_dim = spec.obs_dim + n_agents
@@ -310,13 +329,14 @@ class MultiAgentTransformer(nn.Module):
             self.std_logit = nn.Parameter(torch.full((spec.action_dim,), 2.0))
 
     def agent_inputs(self, obs: torch.Tensor, agent_order: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Observations with each agent's one-hot id appended, and the available actions, both in sequence
-        order; `agent_order` (B, n_agents) says which agent sits at each position (None: 0, 1, ...)."""
+        """Observations (entities nearest first with --sort-entities) with each agent's one-hot id appended, and the
+        available actions, both in sequence order; `agent_order` (B, n_agents) says which agent sits at each position
+        (None: 0, 1, ...)."""
         if agent_order is None:
             ids, avail = self.agent_ids.expand(obs.shape[0], -1, -1), self.avail_actions
         else:
             ids, avail = self.agent_ids[agent_order], self.avail_actions[agent_order]
-        return torch.cat([obs, ids], dim=-1), avail
+        return torch.cat([sort_entities(obs, self.entities), ids], dim=-1), avail
 
     def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Representations (B, n_agents, n_embd) and values (B, n_agents), normalized when ValueNorm is on."""
@@ -718,6 +738,7 @@ class EnvSpec(NamedTuple):
     state_dim: int
     avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's actions or action dimensions
     continuous: bool  # Box(0, 1) action vectors, zero-padded to action_dim, instead of discrete actions
+    entities: tuple  # groups of interchangeable entities in the observation, see `sort_entities` (spread only)
 
 
 def scenario_kwargs(args: Args) -> dict:
@@ -745,8 +766,13 @@ def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
     spaces = [env.action_space(a) for a in env.possible_agents]
     action_dims = [space.shape[0] if continuous else int(space.n) for space in spaces]
     avail = np.arange(max(action_dims)) < np.array(action_dims)[:, None]  # (n_agents, action_dim)
-    state_dim = env.state_space.shape[0]
-    return EnvSpec(env.possible_agents, max(obs_dims), max(action_dims), state_dim, avail, continuous)
+    state_dim, entities = env.state_space.shape[0], ()
+    if env_id == "simple_spread_v3":  # [vel, pos, landmarks, other agents, their messages], 2 numbers each
+        n_landmarks = scenario["num_landmark_neighbors"] or len(obs_dims)
+        n_others = scenario["num_agent_neighbors"] or len(obs_dims) - 1
+        others = 4 + 2 * n_landmarks
+        entities = ((n_landmarks, (4,)), (n_others, (others, others + 2 * n_others)))
+    return EnvSpec(env.possible_agents, max(obs_dims), max(action_dims), state_dim, avail, continuous, entities)
 
 
 class StepResult(NamedTuple):
@@ -799,7 +825,8 @@ class BatchedMPE:
             self.n_landmarks, self.dim_c, movable, speaks = 3, 10, [True, True], [True, True]
             colours = [[0.75, 0.25, 0.25], [0.25, 0.75, 0.25], [0.25, 0.25, 0.75]]
         self.colours = torch.tensor(colours, device=device)
-        self.others = torch.tensor([[k for k in range(n_agents) if k != i] for i in range(n_agents)], device=device)
+        others = [[k for k in range(n_agents) if k != i] for i in range(n_agents)]  # empty rows with one agent
+        self.others = torch.tensor(others, dtype=torch.long, device=device)  # (n_agents, n_agents - 1)
         self.agent_rows = torch.arange(n_agents, device=device)
         self.action_effects = self.action_table(movable, speaks).to(device)
         zeros = lambda *shape, dtype=None: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
@@ -1160,8 +1187,8 @@ def check_args(args: Args):
             "--capture-video needs the package imageio-ffmpeg to write mp4 files (pip install imageio-ffmpeg)",
         ),
         (
-            args.env_id != "simple_spread_v3" and neighbors != (None, None),
-            f"--num-agent-neighbors and --num-landmark-neighbors apply to simple_spread_v3 only, not {args.env_id}",
+            args.env_id != "simple_spread_v3" and (neighbors != (None, None) or args.sort_entities),
+            f"--num-*-neighbors and --sort-entities apply to simple_spread_v3 only, not {args.env_id}",
         ),
         (
             neighbors[0] is not None and not 1 <= neighbors[0] <= args.n_agents - 1,

@@ -123,12 +123,14 @@ def test_seed_curves_average_on_the_shortest_run(grid_dir):
 
 def test_reference_lines_are_the_known_returns():
     env_info = {"simple_spread_v3": {"steps_per_s": 4000, "random_return": -27.0}}
-    assert bp.reference_lines("simple_spread_v3", env_info) == [
+    policies = {"simple_spread_v3": {"3": {"nearest landmark": [-16.0, 0.5], "scripted": [-7.5, 0.2]}, "6": {}}}
+    assert bp.reference_lines("simple_spread_v3", env_info, policies) == [
         ("random", -27.0, ":"),
-        ("scripted", -9.0, "--"),
+        ("nearest landmark", -16.0, (0, (3, 1, 1, 1))),
+        ("scripted", -7.5, "--"),
         ("JaxMARL MAPPO-RNN, 2M steps", -13.6, "-."),
     ]
-    assert bp.reference_lines("simple_reference_v3", env_info) == []
+    assert bp.reference_lines("simple_reference_v3", env_info, policies) == []
 
 
 def test_main_writes_figures_and_table(grid_dir, capsys):
@@ -140,6 +142,36 @@ def test_main_writes_figures_and_table(grid_dir, capsys):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "results.md").read_text() == capsys.readouterr().out
     assert len((out / "results.md").read_text().splitlines()) == 2 + 3
+
+
+def test_scaling_table_and_figure_from_runs_at_several_team_sizes(tmp_path, capsys):
+    """Runs named SCRIPT_nN: ordered by N (10 after 3), the final train return is the mean of the last 10% of logs
+    (3 of 30), greedy the last evaluation, and the gap closed is measured from random to scripted."""
+    write_run(tmp_path / "runs", "simple_spread_v3", "a_n10", 1, np.full(30, -40.0), 10, 1000.0, 0.5)
+    write_run(tmp_path / "runs", "simple_spread_v3", "a_n3", 1, np.linspace(-30, -1, 30), 3, 1000.0, 0.5)
+    write_run(tmp_path / "runs", "simple_spread_v3", "a_n3", 2, np.linspace(-32, -3, 30), 3, 1000.0, 0.5)
+    policies = {
+        "simple_spread_v3": {
+            "3": {"random": [-27.0, 0.5], "nearest landmark": [-16.0, 0.5], "scripted": [-7.0, 0.2]},
+            "10": {"random": [-55.0, 0.5], "nearest landmark": [-33.0, 0.5], "scripted": [-20.0, 0.2]},
+        }
+    }
+    (tmp_path / "policies.json").write_text(json.dumps(policies))
+    runs = bp.team_size_runs(bp.read_grid(tmp_path / "runs"))
+    assert list(runs) == ["a"] and list(runs["a"]) == [3, 10] and len(runs["a"][3]) == 2
+    train, greedy = bp.final_returns(runs["a"][3])
+    assert train == pytest.approx(-3.0)  # the last 3 logs: seed 1's -3, -2, -1 and seed 2's -5, -4, -3
+    assert greedy == pytest.approx(-1.0)  # the last evaluations, 1 above the last logs: 0 and -2
+    out = tmp_path / "out"
+    bp.main(
+        bp.Args(
+            runs=str(tmp_path / "runs"), reference_policies=str(tmp_path / "policies.json"), scaling=True, out=str(out)
+        )
+    )
+    table = (out / "scaling.md").read_text()
+    assert table == capsys.readouterr().out and (out / "returns_vs_agents.png").read_bytes()[:4] == b"\x89PNG"
+    assert table.splitlines()[2] == "| a | 3 | 2 | 24,000 | -3.00 | -1.00 | -27.00 | -16.00 | -7.00 | 120% / 130% |"
+    assert table.splitlines()[3] == "| a | 10 | 1 | 24,000 | -40.00 | -39.00 | -55.00 | -33.00 | -20.00 | 43% / 46% |"
 
 
 def test_main_without_runs_is_one_error_line(tmp_path):

@@ -99,6 +99,7 @@ def test_partial_observability_sizes(agent_neighbors, landmark_neighbors, obs_di
     [
         (dict(env_id="simple_reference_v3", num_agent_neighbors=1), "apply to simple_spread_v3 only"),
         (dict(env_id="simple_speaker_listener_v4", num_landmark_neighbors=1), "apply to simple_spread_v3 only"),
+        (dict(env_id="simple_reference_v3", sort_entities=True), "apply to simple_spread_v3 only"),
         (dict(num_agent_neighbors=3), "between 1 and n_agents - 1 = 2"),
         (dict(num_landmark_neighbors=0), "between 1 and the 3 landmarks"),
     ],
@@ -106,6 +107,54 @@ def test_partial_observability_sizes(agent_neighbors, landmark_neighbors, obs_di
 def test_partial_observability_flags_are_checked(overrides, message):
     with pytest.raises(SystemExit, match=message):
         m.check_args(tiny_args(**overrides))
+
+
+@pytest.mark.parametrize("n_agents,landmark_neighbors,agent_neighbors", [(1, None, None), (3, None, None), (6, 4, 2)])
+def test_sorted_entities_are_mpe2_nearest_first_observation(n_agents, landmark_neighbors, agent_neighbors):
+    """mpe2 itself lists the nearest K landmarks and agents nearest first when asked for K neighbours: with K = all,
+    its observation is exactly `sort_entities` of its standard one, in the same worlds, step after step."""
+    partial = dict(num_landmark_neighbors=landmark_neighbors, num_agent_neighbors=agent_neighbors)
+    spec = env_spec(n_agents=n_agents, **partial)
+    everyone = dict(num_landmark_neighbors=landmark_neighbors or n_agents, num_agent_neighbors=agent_neighbors)
+    if n_agents > 1:
+        everyone["num_agent_neighbors"] = agent_neighbors or n_agents - 1
+    plain = m.make_env("simple_spread_v3", scenario(n_agents=n_agents, **partial))
+    nearest_first = m.make_env("simple_spread_v3", scenario(n_agents=n_agents, **everyone))
+    observations = [plain.reset(seed=7)[0], nearest_first.reset(seed=7)[0]]
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        for agent in spec.agents:
+            torch.testing.assert_close(
+                m.sort_entities(torch.as_tensor(observations[0][agent]), spec.entities),
+                torch.as_tensor(observations[1][agent]),
+                rtol=0,
+                atol=0,
+            )
+        actions = {agent: int(rng.integers(5)) for agent in spec.agents}
+        observations = [plain.step(actions)[0], nearest_first.step(actions)[0]]
+
+
+@pytest.mark.parametrize("state_type", ["EP", "AS"])
+def test_sorted_networks_do_not_see_the_order_of_landmarks_and_agents(state_type):
+    """With --sort-entities, shuffling the landmark blocks, or the other agents' blocks (position and message
+    together), of the observations leaves the actor's output exactly as it was, and the critic's too when the
+    state (mpe2's: the observations joined) is shuffled with them."""
+    spec = env_spec(n_agents=5)
+    agent = m.Agent(spec, m.Args(n_agents=5, sort_entities=True, state_type=state_type))
+    obs = torch.randn(16, 5, spec.obs_dim)
+    landmarks = obs[..., 4:14].unflatten(-1, (5, 2))
+    others, messages = obs[..., 14:22].unflatten(-1, (4, 2)), obs[..., 22:30].unflatten(-1, (4, 2))
+    landmark_order, agent_order = torch.randperm(5), torch.randperm(4)
+    shuffled = obs.clone()
+    shuffled[..., 4:14] = landmarks[..., landmark_order, :].flatten(-2)
+    shuffled[..., 14:22] = others[..., agent_order, :].flatten(-2)
+    shuffled[..., 22:30] = messages[..., agent_order, :].flatten(-2)
+    assert not torch.equal(shuffled, obs)
+    torch.testing.assert_close(agent.get_dist(shuffled).logits, agent.get_dist(obs).logits, rtol=0, atol=0)
+    values = agent.get_value(shuffled, shuffled.flatten(1))
+    torch.testing.assert_close(values, agent.get_value(obs, obs.flatten(1)), rtol=0, atol=0)
+    unsorted = m.Agent(spec, m.Args(n_agents=5))
+    assert not torch.allclose(unsorted.get_dist(shuffled).logits, unsorted.get_dist(obs).logits)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -622,6 +671,12 @@ def test_script_end_to_end(tmp_path, run_script, env_id, continuous):
     runs = os.listdir(tmp_path / "runs")
     assert len(runs) == 1 and runs[0].startswith(f"{env_id}__mappo_mpe__1__")
     assert any(f.startswith("events.out.tfevents") for f in os.listdir(tmp_path / "runs" / runs[0]))
+
+
+def test_one_agent_trains(tmp_path, run_script):
+    """Spread with a single agent: no teammate to observe or collide with (mpe2 runs it too)."""
+    result = run_script(tmp_path, "--n-agents", "1", "--preset", "tuned", *TINY)
+    assert "step       200/200" in result.stdout
 
 
 def test_save_model_then_test_mode_with_video(tmp_path, run_script):

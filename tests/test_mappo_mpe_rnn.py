@@ -316,6 +316,12 @@ def test_script_end_to_end(tmp_path, run_script, env_id, continuous):
     assert len(runs) == 1 and runs[0].startswith(f"{env_id}__mappo_mpe_rnn__1__")
 
 
+def test_one_agent_trains(tmp_path, run_script):
+    """Spread with a single agent: no teammate to observe or collide with."""
+    result = run_script(tmp_path, "--n-agents", "1", "--preset", "tuned", *TINY)
+    assert "step       200/200" in result.stdout
+
+
 def test_save_model_then_test_mode_with_video(tmp_path, run_script):
     save_then_test_mode(run_script, tmp_path, "--num-agent-neighbors", "1", "--num-landmark-neighbors", "2")
 

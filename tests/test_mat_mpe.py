@@ -134,6 +134,30 @@ def test_cached_decoding_equals_full_re_decode(n_agents, n_block, n_head, contin
     assert cached_logits.shape == (128, n_agents, 5)
 
 
+def test_sorted_encoder_does_not_see_the_order_of_landmarks_and_agents():
+    """With --sort-entities, shuffling the landmark blocks and the other agents' blocks of every observation changes
+    neither the values nor the actions; the teacher-forced pass still scores the actions taken agent by agent."""
+    model, spec = random_model(n_agents=4, sort_entities=True)
+    obs = torch.randn(64, 4, spec.obs_dim)
+    shuffled = obs.clone()
+    landmark_order, agent_order = torch.randperm(4), torch.randperm(3)
+    shuffled[..., 4:12] = obs[..., 4:12].unflatten(-1, (4, 2))[..., landmark_order, :].flatten(-2)
+    for start in (12, 18):  # the other agents' positions, then their messages, in the same order
+        shuffled[..., start : start + 6] = (
+            obs[..., start : start + 6].unflatten(-1, (3, 2))[..., agent_order, :].flatten(-2)
+        )
+    assert not torch.equal(shuffled, obs)
+    with torch.no_grad():
+        outputs = []
+        for x in (obs, shuffled):
+            torch.manual_seed(3)
+            actions, logprobs = model.act(x)
+            outputs.append((actions, logprobs, *model.evaluate_actions(x, actions)))
+    for a, b in zip(*outputs):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+    torch.testing.assert_close(outputs[0][2], outputs[0][1], atol=1e-5, rtol=1e-5)  # teacher-forced log-probs
+
+
 def test_masked_actions_are_never_sampled_and_deterministic_is_argmax():
     model, _ = random_model("simple_speaker_listener_v4", 2)
     with torch.no_grad():  # make the unavailable speaker actions the most attractive ones
@@ -322,6 +346,12 @@ def test_script_end_to_end(tmp_path, run_script, env_id, continuous):
     assert "step       200/200" in result.stdout
     runs = os.listdir(tmp_path / "runs")
     assert len(runs) == 1 and runs[0].startswith(f"{env_id}__mat_mpe__1__")
+
+
+def test_one_agent_trains(tmp_path, run_script):
+    """Spread with a single agent: a sequence of one, no teammate to observe or collide with."""
+    result = run_script(tmp_path, "--n-agents", "1", "--preset", "tuned", *TINY)
+    assert "step       200/200" in result.stdout
 
 
 def test_save_model_then_test_mode_with_video(tmp_path, run_script):

@@ -70,6 +70,20 @@ def random_rollout(agent, spec, T: int, n_envs: int) -> m.RolloutBuffer:
 # ----------------------------------------------------------------------------------------------------
 
 
+def test_sorted_critic_does_not_see_the_order_of_landmarks_in_the_state():
+    """With --sort-entities the state critic sorts each agent's part of the state as the encoder sorts the
+    observations: shuffling the landmark blocks of every part leaves the values exactly as they were."""
+    model, spec = random_model(sort_entities=True)
+    state = torch.randn(32, 3, spec.obs_dim)  # the observations that mpe2's state joins
+    shuffled = state.clone()
+    shuffled[..., 4:10] = state[..., 4:10].unflatten(-1, (3, 2))[..., [2, 0, 1], :].flatten(-2)
+    with torch.no_grad():
+        values = model.get_value(None, state.flatten(1))
+        torch.testing.assert_close(model.get_value(None, shuffled.flatten(1)), values, rtol=0, atol=0)
+        plain, _ = random_model()
+        assert not torch.allclose(plain.get_value(None, shuffled.flatten(1)), plain.get_value(None, state.flatten(1)))
+
+
 @pytest.mark.parametrize("n_agents", [3, 12])
 def test_once_per_env_equals_per_agent_on_replicated_states(n_agents):
     """The official buffer replicates the env's state for every agent and runs the critic per agent; here the
@@ -234,6 +248,12 @@ def test_linear_lr_decay_takes_each_rate_down_from_its_own_start(tmp_path, monke
     (run_dir,) = (tmp_path / "runs").iterdir()
     groups = torch.load(run_dir / "checkpoint.pt", weights_only=True)["optimizer"]["param_groups"]
     assert [group["lr"] for group in groups] == [1e-3 * 0.5, 3e-3 * 0.5]
+
+
+def test_one_agent_trains(tmp_path, run_script):
+    """Spread with a single agent: a sequence of one, no teammate to observe or collide with."""
+    result = run_script(tmp_path, "--n-agents", "1", "--preset", "tuned", *TINY)
+    assert "step       200/200" in result.stdout
 
 
 def test_save_model_then_test_mode_with_video(tmp_path, run_script):

@@ -1,0 +1,52 @@
+"""Tests for reference_policies.py: the hand-written spread policies on hand-made worlds, and measured on mpe2."""
+
+import os
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import reference_policies as rp  # noqa: E402
+
+
+def entity(pos, vel=(0.0, 0.0)) -> SimpleNamespace:
+    return SimpleNamespace(state=SimpleNamespace(p_pos=np.array(pos), p_vel=np.array(vel)))
+
+
+def world(agents, velocities, landmarks) -> SimpleNamespace:
+    """Just what the policies read of an mpe2 world: positions and velocities."""
+    return SimpleNamespace(
+        agents=[entity(p, v) for p, v in zip(agents, velocities)], landmarks=[entity(p) for p in landmarks]
+    )
+
+
+@pytest.mark.parametrize(
+    "velocity,target,move",
+    [
+        ((0.0, 0.0), (1.0, 0.0), 2),  # at rest: push toward the target
+        ((0.0, 0.0), (0.0, -1.0), 3),
+        ((0.0, 0.0), (0.0, 0.0), 0),  # already there: no force
+        ((2.0, 0.0), (0.1, 0.0), 1),  # rushing past it: brake, although the target lies ahead
+    ],
+)
+def test_moves_toward_looks_two_steps_ahead(velocity, target, move):
+    moves = rp.moves_toward(np.zeros((1, 2)), np.array([velocity]), np.array([target]))
+    assert moves.tolist() == [move]
+
+
+def test_scripted_shares_the_landmarks_out_where_nearest_landmark_does_not():
+    """Both agents are nearest the landmark at the origin; the assignment sends the farther one to the other."""
+    w = world(agents=[(0.1, 0.0), (0.3, 0.0)], velocities=[(0.0, 0.0)] * 2, landmarks=[(0.0, 0.0), (1.0, 0.0)])
+    rng = np.random.default_rng(0)
+    assert rp.nearest_landmark(w, rng).tolist() == [1, 1]  # both go -x
+    assert rp.scripted(w, rng).tolist() == [1, 2]  # agent 0 -x, agent 1 +x
+
+
+def test_one_agent_scripted_is_nearest_landmark_and_both_beat_random():
+    """With one agent the assignment is the nearest landmark: the same episodes give the same returns."""
+    random, nearest, scripted = (rp.measure(rp.POLICIES[name], 1, 4, seed=3) for name in rp.POLICIES)
+    assert scripted == nearest
+    assert scripted[0] > random[0] and scripted[1] > 0
