@@ -273,6 +273,8 @@ def sort_entities(x: torch.Tensor, entities: tuple) -> torch.Tensor:
     teammates in a fixed order, so an MLP has to learn the role of each block N times over ("go to the nearest
     landmark" is a different function of the input for each of them); sorted, block k is always the k-th nearest.
     A permutation of the input only: the observation itself stays mpe2's."""
+    if not entities:
+        return x
     x = x.clone()
     for count, starts in entities:
         runs = [x[..., s : s + 2 * count].unflatten(-1, (count, 2)) for s in starts]  # each (..., count, 2)
@@ -328,14 +330,14 @@ class Agent(nn.Module):
 
     def critic_input(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """obs (..., n_agents, obs_dim), state (..., state_dim) -> EP (..., 1, state_dim), FP/AS (..., n_agents, F)."""
-        obs, state = sort_entities(obs, self.entities), sort_state_entities(state, self.entities, len(self.agent_ids))
+        state = sort_state_entities(state, self.entities, len(self.agent_ids))
         if self.state_type == "EP":
             return state.unsqueeze(-2)
         ids = self.agent_ids.expand(*obs.shape[:-1], -1)
         global_state = state.unsqueeze(-2).expand(*obs.shape[:-1], -1)
         if self.state_type == "FP":
             return torch.cat([global_state, ids], dim=-1)
-        return torch.cat([global_state, obs, ids], dim=-1)
+        return torch.cat([global_state, sort_entities(obs, self.entities), ids], dim=-1)
 
     def actor_input(self, obs: torch.Tensor) -> torch.Tensor:
         """obs (..., n_agents, obs_dim) with each agent's one-hot id appended when `use_agent_id`."""

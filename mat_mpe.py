@@ -288,6 +288,8 @@ def sort_entities(x: torch.Tensor, entities: tuple) -> torch.Tensor:
     teammates in a fixed order, so an MLP has to learn the role of each block N times over ("go to the nearest
     landmark" is a different function of the input for each of them); sorted, block k is always the k-th nearest.
     A permutation of the input only: the observation itself stays mpe2's."""
+    if not entities:
+        return x
     x = x.clone()
     for count, starts in entities:
         runs = [x[..., s : s + 2 * count].unflatten(-1, (count, 2)) for s in starts]  # each (..., count, 2)
