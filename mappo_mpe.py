@@ -2,11 +2,13 @@
 
 Read top to bottom: the arguments, then the algorithm (networks, value normalization, rollout buffer and GAE,
 the PPO update), then the training loop in `main()`. What follows `main()` is plumbing: the environments (mpe2's
-scenarios batched in torch for training, mpe2 itself for evaluation), checkpoints, argument checks, logging.
+scenarios batched in torch for training, any PettingZoo parallel env through gymnasium's vector envs, mpe2 itself
+for evaluation), checkpoints, argument checks, logging.
 
     python mappo_mpe.py                                   # simple_spread_v3, 3 agents
     python mappo_mpe.py --preset tuned                    # spread with the settings tuned on mpe2
     python mappo_mpe.py --env-id simple_speaker_listener_v4   # with the official settings of that scenario
+    python mappo_mpe.py --env-id pettingzoo.sisl.multiwalker_v9 --async-envs   # any PettingZoo parallel env
     python mappo_mpe.py --eval-checkpoint runs/<run_name>/model.pt --capture-video
 """
 
@@ -14,13 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib.util
+import json
 import os
 import signal
 import time
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+import gymnasium
 import numpy as np
 import torch
 import torch.nn as nn
@@ -57,8 +62,13 @@ class Args:
     """environment steps between training checkpoints (also written at the end and when the run is stopped)"""
 
     # Environment
-    env_id: Literal["simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4"] = "simple_spread_v3"
-    """the MPE scenario"""
+    env_id: str = "simple_spread_v3"
+    """an MPE scenario (MPE_SCENARIOS; batched in torch), or the import path of a module with a PettingZoo
+    `parallel_env`, e.g. pettingzoo.sisl.multiwalker_v9 or mpe2.simple_spread_v3 (the scenario itself, unbatched)"""
+    env_kwargs: str = "{}"
+    """envs given by import path: the keyword arguments of their `parallel_env`, as a JSON object"""
+    async_envs: bool = False
+    """envs given by import path: if toggled, each env steps in its own worker process (gymnasium's AsyncVectorEnv)"""
     n_agents: int = 3
     """number of agents (and landmarks) in simple_spread_v3; the other scenarios have a fixed team"""
     num_agent_neighbors: int | None = None
@@ -68,9 +78,10 @@ class Args:
     sort_entities: bool = False
     """simple_spread_v3 only: the networks get each agent's landmarks and other agents nearest first (sort_entities)"""
     max_cycles: int = 25
-    """steps before an episode is truncated"""
+    """MPE scenarios: steps before an episode is truncated"""
     continuous_actions: bool = False
-    """if toggled, agents take Box(0, 1) action vectors (a Gaussian policy) instead of discrete actions"""
+    """if toggled, agents take Box(0, 1) action vectors (a Gaussian policy) instead of discrete actions (any env:
+    its parallel_env gets continuous_actions=True)"""
     n_rollout_threads: int = 32
     """number of parallel environments"""
 
@@ -155,7 +166,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
     """The command line, read twice: the first pass finds `--preset`, `--env-id` and `--continuous-actions`, so that
     the second starts from that preset's settings for that scenario, which every flag given then overrides."""
     chosen, _ = tyro.cli(Args, args=argv, return_unknown_args=True, add_help=False)
-    settings = PRESETS[chosen.preset][chosen.env_id]
+    settings = PRESETS[chosen.preset].get(chosen.env_id, {})
     if chosen.continuous_actions:
         settings = settings | CONTINUOUS_PRESETS[chosen.preset].get(chosen.env_id, {})
     return tyro.cli(Args, args=argv, default=dataclasses.replace(Args(), **settings))
@@ -379,6 +390,7 @@ class RolloutBuffer:
         zeros = lambda *shape, dtype=torch.float32: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
         self.obs = zeros(T + 1, n_envs, n_agents, spec.obs_dim)
         self.state = zeros(T + 1, n_envs, spec.state_dim)
+        self.alive = torch.ones(T + 1, n_envs, n_agents, dtype=torch.bool, device=device)  # in the episode at t
         self.values = zeros(T + 1, n_envs, n_agents)  # denormalized: on the scale of the returns
         if spec.continuous:  # the unclipped samples, zero-padded
             self.actions = zeros(T, n_envs, n_agents, spec.action_dim)
@@ -396,7 +408,7 @@ class RolloutBuffer:
         """Stores what acting on the input at step t gave, and the input of step t + 1."""
         self.actions[t], self.logprobs[t], self.rewards[t] = actions, logprobs, rewards
         self.terminated[t], self.truncated[t] = step.terminated, step.truncated
-        self.obs[t + 1], self.state[t + 1] = step.obs, step.state
+        self.obs[t + 1], self.state[t + 1], self.alive[t + 1] = step.obs, step.state, step.alive
         self.final_obs[t], self.final_state[t] = step.final_obs, step.final_state
 
     @torch.no_grad()
@@ -437,26 +449,31 @@ def compute_gae(
 # ----------------------------------------------------------------------------------------------------
 
 
-def policy_loss_fn(new_logprob, old_logprob, advantages, clip: float) -> tuple[torch.Tensor, dict]:
+def masked_mean(x: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
+    """Mean of x (..., n_agents) over the agents still in their episode: one that has died adds nothing."""
+    return (x * alive).sum() / alive.sum().clamp(min=1)
+
+
+def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip: float) -> tuple[torch.Tensor, dict]:
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
     surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip, 1 + clip) * advantages)
     with torch.no_grad():
         stats = {
-            "approx_kl": ((ratio - 1) - logratio).mean(),
-            "clipfrac": ((ratio - 1).abs() > clip).float().mean(),
-            "ratio": ratio.mean(),
+            "approx_kl": masked_mean((ratio - 1) - logratio, alive),
+            "clipfrac": masked_mean(((ratio - 1).abs() > clip).float(), alive),
+            "ratio": masked_mean(ratio, alive),
         }
-    return -surrogate.mean(), stats
+    return -masked_mean(surrogate, alive), stats
 
 
-def value_loss_fn(values, old_values, returns, clip: float, huber_delta: float, clipped: bool) -> torch.Tensor:
+def value_loss_fn(values, old_values, returns, alive, clip: float, huber_delta: float, clipped: bool) -> torch.Tensor:
     """Huber loss of normalized values against normalized returns, optionally PPO-clipped."""
     loss = F.huber_loss(values, returns, reduction="none", delta=huber_delta)
     if clipped:
         values_clipped = old_values + (values - old_values).clamp(-clip, clip)
         loss = torch.max(loss, F.huber_loss(values_clipped, returns, reduction="none", delta=huber_delta))
-    return loss.mean()
+    return masked_mean(loss, alive)
 
 
 def minibatch_indices(batch_size: int, num_mini_batch: int, device: torch.device) -> list:
@@ -470,11 +487,12 @@ def minibatch_indices(batch_size: int, num_mini_batch: int, device: torch.device
 def ppo_update(agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advantages, returns, args: Args) -> dict:
     """`ppo_epoch` passes of minibatches over the rollout; each sample keeps all agents of one env step."""
     flat = lambda x: x.flatten(0, 1)  # (T, n_envs, ...) -> (T * n_envs, ...)  # noqa: E731
-    obs, state = flat(buffer.obs[:-1]), flat(buffer.state[:-1])
+    obs, state, alive = flat(buffer.obs[:-1]), flat(buffer.state[:-1]), flat(buffer.alive[:-1])
     actions, old_logprobs = flat(buffer.actions), flat(buffer.logprobs)
-    value_norm.update(returns)
+    value_norm.update(returns[buffer.alive[:-1]])  # the returns and advantages of agents in their episode
     norm_returns, old_values = flat(value_norm.normalize(returns)), flat(value_norm.normalize(buffer.values[:-1]))
-    advantages = flat((advantages - advantages.mean()) / (advantages.std() + 1e-5))
+    alive_advantages = advantages[buffer.alive[:-1]]
+    advantages = flat((advantages - alive_advantages.mean()) / (alive_advantages.std() + 1e-5))
 
     batch_size = obs.shape[0]
     actor_params = [p for name, p in agent.named_parameters() if not name.startswith("critic.")]
@@ -483,12 +501,18 @@ def ppo_update(agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advan
         for mb in minibatch_indices(batch_size, args.num_mini_batch, obs.device):
             dist = agent.get_dist(obs[mb])
             policy_loss, pg_stats = policy_loss_fn(
-                dist.log_prob(actions[mb]), old_logprobs[mb], advantages[mb], args.clip
+                dist.log_prob(actions[mb]), old_logprobs[mb], advantages[mb], alive[mb], args.clip
             )
-            entropy = dist.entropy().mean()
+            entropy = masked_mean(dist.entropy(), alive[mb])
             values = agent.get_value(obs[mb], state[mb])
             value_loss = value_loss_fn(
-                values, old_values[mb], norm_returns[mb], args.clip, args.huber_delta, args.clipped_value_loss
+                values,
+                old_values[mb],
+                norm_returns[mb],
+                alive[mb],
+                args.clip,
+                args.huber_delta,
+                args.clipped_value_loss,
             )
             optimizer.zero_grad()
             (policy_loss - args.ent_coef * entropy + args.vf_coef * value_loss).backward()
@@ -543,8 +567,11 @@ def main(args: Args) -> dict:
     run_name = os.path.basename(run_dir)
     T, n_envs = args.episode_length, args.n_rollout_threads
     num_iterations = args.total_timesteps // (T * n_envs)
-    envs = BatchedMPE(args.env_id, scenario_kwargs(args), n_envs, args.seed, device)  # mpe2 batched on the device
-    eval_envs = make_eval_envs(args)  # mpe2 itself
+    if args.env_id in MPE_SCENARIOS:  # mpe2 batched in torch on the device
+        envs = BatchedMPE(args.env_id, scenario_kwargs(args), n_envs, args.seed, device)
+    else:  # any PettingZoo parallel env, through gymnasium's vector envs
+        envs = PettingZooVecEnv(args.env_id, scenario_kwargs(args), n_envs, args.seed, device, args.async_envs)
+    eval_envs = make_eval_envs(args, device)  # MPE: mpe2 itself
     with StopRequest() as stop, start_logging(run_dir, args, resumed_step) as writer:
         agent, value_norm, optimizer = build_agent(envs.spec, args, device)
         initial_lrs = [group["lr"] for group in optimizer.param_groups]  # before a resume loads decayed ones
@@ -566,7 +593,7 @@ def main(args: Args) -> dict:
 
             rollout_start = time.time()
             # 1. Collect a rollout: T steps of every env with the current policy, from where the envs are
-            buffer.obs[0], buffer.state[0] = envs.observe()
+            buffer.obs[0], buffer.state[0], buffer.alive[0] = envs.observe()
             with torch.no_grad():
                 for t in range(T):
                     actions, logprobs = agent.act(buffer.obs[t])
@@ -594,7 +621,8 @@ def main(args: Args) -> dict:
             update_start = time.time()
             losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
             seconds = {"rollout": update_start - rollout_start, "update": time.time() - update_start}
-            losses["explained_variance"] = explained_variance(buffer.values[:-1], returns)
+            alive = buffer.alive[:-1]
+            losses["explained_variance"] = explained_variance(buffer.values[:-1][alive], returns[alive])
             progress.iteration = iteration
             global_step = progress.global_step
 
@@ -608,7 +636,7 @@ def main(args: Args) -> dict:
             last = iteration == num_iterations
             if progress.due("eval", args.eval_interval) or last:
                 video = f"videos/{run_name}/eval_{global_step}.mp4"
-                returns = evaluate_and_record(agent, eval_envs, envs.spec, args, device, writer, global_step, video)
+                returns = evaluate_and_record(agent, eval_envs, args, writer, global_step, video)
                 progress.eval_return = float(returns.mean())
                 writer.add_scalar("eval/episodic_return", progress.eval_return, global_step)
                 if progress.eval_return > progress.best_eval:
@@ -642,23 +670,31 @@ def main(args: Args) -> dict:
 
 
 # ====================================================================================================
-# Nothing below this line is needed to follow the algorithm: the environments (mpe2 batched in torch for
-# training, mpe2 itself for evaluation and video), checkpoints and resume, argument checks, logging, test mode.
+# Nothing below this line is needed to follow the algorithm: the environments (mpe2 batched in torch, any PettingZoo
+# parallel env through gymnasium's vector envs), checkpoints and resume, argument checks, logging, test mode.
 # ====================================================================================================
+
+MPE_SCENARIOS = ("simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4")  # batched in torch
 
 
 class EnvSpec(NamedTuple):
     agents: list[str]
-    obs_dim: int  # largest agent observation; smaller ones are zero-padded
+    obs_dim: int  # largest agent observation, flattened; smaller ones are zero-padded
     action_dim: int  # largest agent action space (discrete) or action vector (continuous)
     state_dim: int
     avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's actions or action dimensions
-    continuous: bool  # Box(0, 1) action vectors, zero-padded to action_dim, instead of discrete actions
+    continuous: bool  # action vectors in the unit box [0, 1]^action_dim (zero-padded) instead of discrete actions
+    has_state: bool  # the state is env.state(), flattened; else the agents' observations joined
     entities: tuple  # groups of interchangeable entities in the observation, see `sort_entities` (spread only)
 
 
 def scenario_kwargs(args: Args) -> dict:
-    """The mpe2 scenario's keyword arguments; on simple_spread_v3 also the team size and partial observability."""
+    """The env's keyword arguments: for an env given by import path --env-kwargs (and continuous_actions=True with
+    --continuous-actions); for an MPE scenario its length and action type, on spread also the team size and
+    partial observability."""
+    continuous = {"continuous_actions": True} if args.continuous_actions else {}
+    if args.env_id not in MPE_SCENARIOS:
+        return json.loads(args.env_kwargs) | continuous
     kwargs = dict(max_cycles=args.max_cycles, continuous_actions=args.continuous_actions)
     if args.env_id == "simple_spread_v3":
         kwargs.update(N=args.n_agents, num_agent_neighbors=args.num_agent_neighbors)
@@ -667,31 +703,61 @@ def scenario_kwargs(args: Args) -> dict:
 
 
 def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
-    """mpe2's own parallel env, as PettingZoo users have it."""
+    """The PettingZoo parallel env as its users have it: mpe2's for an MPE scenario, else the `parallel_env` of the
+    module at the import path `env_id`; one that cannot be made is one error line."""
     if render_mode is not None:
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # render headless
-    env = importlib.import_module(f"mpe2.{env_id}").parallel_env(**scenario, render_mode=render_mode)
-    if render_mode is None:
+    module = f"mpe2.{env_id}" if env_id in MPE_SCENARIOS else env_id
+    try:
+        env = importlib.import_module(module).parallel_env(**scenario, render_mode=render_mode)
+    except (ImportError, AttributeError, TypeError) as e:
+        raise SystemExit(f"error: --env-id {env_id}: cannot make {module}.parallel_env: {e}") from None
+    if render_mode is None and module.startswith("mpe2."):
         env.unwrapped.screen = None  # frees the 700x700 drawing surface (~2 MB) every mpe2 env holds
     return env
 
 
 def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
-    env, continuous = make_env(env_id, scenario), scenario["continuous_actions"]
-    obs_dims = [env.observation_space(a).shape[0] for a in env.possible_agents]
-    spaces = [env.action_space(a) for a in env.possible_agents]
-    action_dims = [space.shape[0] if continuous else int(space.n) for space in spaces]
+    """The env's spaces, read from it; what the networks cannot take is one error line. The state is env.state()
+    where it is a Box of at most 2 dimensions (flattened, as the observations are), else the observations joined."""
+    env = make_env(env_id, scenario)
+    env.reset(seed=0)
+    agents, vector = env.possible_agents, lambda s, ndim: isinstance(s, gymnasium.spaces.Box) and len(s.shape) <= ndim
+    obs_spaces, action_spaces = [env.observation_space(a) for a in agents], [env.action_space(a) for a in agents]
+    discrete = all(isinstance(s, gymnasium.spaces.Discrete) for s in action_spaces)
+    continuous = all(vector(s, 1) and np.isfinite(s.low + s.high).all() for s in action_spaces)
+    unsupported = [
+        (not all(vector(s, 2) for s in obs_spaces), f"observations {set(map(str, obs_spaces))}"),
+        (not (discrete or continuous), f"actions {set(map(str, action_spaces))}"),
+        (set(env.agents) != set(agents), "agents who join an episode after its start"),
+    ]
+    for what in [what for refused, what in unsupported if refused][:1]:
+        raise SystemExit(
+            f"error: --env-id {env_id}: unsupported {what}; the networks take Box observations of at most 2 "
+            "dimensions, all Discrete or all bounded 1-D Box actions, and every agent from the start of an episode"
+        )
+    obs_dim = max(int(np.prod(s.shape)) for s in obs_spaces)
+    action_dims = [s.shape[0] if continuous else int(s.n) for s in action_spaces]
     avail = np.arange(max(action_dims)) < np.array(action_dims)[:, None]  # (n_agents, action_dim)
-    state_dim, entities = env.state_space.shape[0], ()
+    state_space = getattr(env, "state_space", None)
+    has_state = vector(state_space, 2)
+    state_dim, entities = int(np.prod(state_space.shape)) if has_state else len(agents) * obs_dim, ()
     if env_id == "simple_spread_v3":  # [vel, pos, landmarks, other agents, their messages], 2 numbers each
-        n_landmarks = scenario["num_landmark_neighbors"] or len(obs_dims)
-        n_others = scenario["num_agent_neighbors"] or len(obs_dims) - 1
+        n_landmarks = scenario["num_landmark_neighbors"] or len(agents)
+        n_others = scenario["num_agent_neighbors"] or len(agents) - 1
         others = 4 + 2 * n_landmarks
         entities = ((n_landmarks, (4,)), (n_others, (others, others + 2 * n_others)))
-    return EnvSpec(env.possible_agents, max(obs_dims), max(action_dims), state_dim, avail, continuous, entities)
+    return EnvSpec(agents, obs_dim, max(action_dims), state_dim, avail, continuous, has_state, entities)
 
 
 class StepResult(NamedTuple):
+    """The env interface, one for all envs (`BatchedMPE`, `PettingZooVecEnv`): `spec` (EnvSpec); `reset()`;
+    `observe()` -> (obs, state, alive), the input of the next step; `step(actions)` -> StepResult, with actions
+    (n_envs, n_agents) or action vectors (n_envs, n_agents, action_dim) in the unit box; `state_dict()` and
+    `load_state_dict()` for checkpoints. An env whose episode ends begins the next one within the same `step`.
+    An agent who leaves an episode early (dies) is terminated at that step and stays so, with zero observations and
+    rewards, not `alive`, until the episode ends; its actions are ignored."""
+
     obs: torch.Tensor  # (n_envs, n_agents, obs_dim), already reset where an episode ended
     state: torch.Tensor  # (n_envs, state_dim)
     rewards: torch.Tensor  # (n_envs, n_agents)
@@ -699,6 +765,7 @@ class StepResult(NamedTuple):
     truncated: torch.Tensor  # (n_envs, n_agents) bool
     final_obs: torch.Tensor  # (n_envs, n_agents, obs_dim): before the reset; the last obs of an ended episode
     final_state: torch.Tensor  # (n_envs, state_dim): likewise
+    alive: torch.Tensor  # (n_envs, n_agents) bool: the agents in the episode of `obs`, who act on it
 
     @property
     def ended(self) -> torch.Tensor:
@@ -749,6 +816,7 @@ class BatchedMPE:
         self.pos, self.vel = zeros(n_envs, n_agents + self.n_landmarks, 2), zeros(n_envs, n_agents, 2)
         self.comm, self.goal = zeros(n_envs, n_agents, self.dim_c), zeros(n_envs, n_agents, dtype=torch.long)
         self.steps = zeros(n_envs, dtype=torch.long)
+        self.alive = torch.ones(n_envs, n_agents, dtype=torch.bool, device=device)  # no agent leaves an episode early
         self.generator = torch.Generator().manual_seed(seed)
 
     def action_table(self, movable: list[bool], speaks: list[bool]) -> torch.Tensor:
@@ -804,14 +872,14 @@ class BatchedMPE:
         self.steps = self.steps + 1  # new tensors, not in-place updates: an earlier state_dict() stays as it was
         relative, dist = self.relative_positions()
         rewards = self.rewards(relative, dist)
-        final_obs, final_state = self.observe(relative, dist)
+        final_obs, final_state = self.observations(relative, dist)
         truncated = (self.steps >= self.max_cycles)[:, None].expand(-1, self.n_agents)
         obs, state = final_obs, final_state
         if truncated.any():
             self.reset_envs(truncated[:, 0])
-            obs, state = self.observe()
+            obs, state = self.observations()
         terminated = torch.zeros_like(truncated)  # these scenarios end only by truncation
-        return StepResult(obs, state, rewards, terminated, truncated, final_obs, final_state)
+        return StepResult(obs, state, rewards, terminated, truncated, final_obs, final_state, self.alive)
 
     def contact_forces(self) -> torch.Tensor:
         """(n_envs, n_agents, 2): mpe2's soft contact forces between spread's agents, summed per agent; they act at
@@ -836,7 +904,10 @@ class BatchedMPE:
         relative = self.pos[:, None] - self.pos[:, : self.n_agents, None]
         return relative, torch.linalg.vector_norm(relative, dim=-1)
 
-    def observe(self, relative=None, dist=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def observe(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return *self.observations(), self.alive
+
+    def observations(self, relative=None, dist=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Observations (n_envs, n_agents, obs_dim), zero-padded, in the order of each scenario's `observation`, and
         the state (n_envs, state_dim): the agents' observations joined, as mpe2's `state()`."""
         if relative is None:
@@ -888,42 +959,140 @@ class BatchedMPE:
         self.generator.set_state(state["generator"].cpu())
 
 
-def make_eval_envs(args: Args) -> list:
-    """--n-eval-episodes mpe2 envs; with --capture-video the first renders, and its episode is the video."""
-    render = lambda k: "rgb_array" if args.capture_video and k == 0 else None  # noqa: E731
-    return [make_env(args.env_id, scenario_kwargs(args), render(k)) for k in range(args.n_eval_episodes)]
+class PettingZooEnv(gymnasium.Env):
+    """One PettingZoo parallel env as a gymnasium env of per-agent arrays, for gymnasium's vector envs: the
+    observation (n_agents, obs_dim) holds each agent's, flattened and zero-padded (zeros once it has left the
+    episode); the info holds the rest of a `StepResult`. It begins the next episode itself and reports no end, so
+    gymnasium's autoreset, whose mode differs between its versions, never acts. A rendering env keeps the frames
+    of the first episode after `reset`."""
+
+    def __init__(self, env_id: str, scenario: dict, spec: EnvSpec, render_mode: str | None = None):
+        self.env, self.env_spec, self.render_mode = make_env(env_id, scenario, render_mode), spec, render_mode
+        n_agents = len(spec.agents)
+        self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (n_agents, spec.obs_dim), np.float32)
+        self.action_space = gymnasium.spaces.MultiDiscrete([spec.action_dim] * n_agents)
+        if spec.continuous:  # the policy acts in the unit box, mapped to each agent's bounds by `env_action`
+            self.action_space = gymnasium.spaces.Box(0.0, 1.0, (n_agents, spec.action_dim), np.float32)
+
+    def env_action(self, agent: str, action: np.ndarray):
+        """The agent's action in its own space: a discrete one as it is, a vector's first dimensions clipped into the
+        unit box and scaled to the space's bounds."""
+        if not self.env_spec.continuous:
+            return int(action)
+        space = self.env.action_space(agent)
+        return space.low + action[: len(space.low)].clip(0.0, 1.0) * (space.high - space.low)
+
+    def stack(self, observations: dict) -> np.ndarray:
+        """(n_agents, obs_dim) float32: the observations of the agents in `observations`, zeros for the others."""
+        obs = np.zeros(self.observation_space.shape, dtype=np.float32)
+        for i, agent in enumerate(self.env_spec.agents):
+            if agent in observations:
+                flat = np.asarray(observations[agent], dtype=np.float32).ravel()
+                obs[i, : len(flat)] = flat
+        return obs
+
+    def state(self, obs: np.ndarray) -> np.ndarray:
+        return np.asarray(self.env.state(), dtype=np.float32).ravel() if self.env_spec.has_state else obs.ravel()
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        self.frames, self.recording = [], self.render_mode is not None
+        return self.begin_episode(seed)
+
+    def begin_episode(self, seed: int | None):
+        observations, _ = self.env.reset(seed=seed)
+        self.alive = np.ones(len(self.env_spec.agents), dtype=bool)
+        self.frames += [self.env.render()] if self.recording else []
+        obs = self.stack(observations)
+        return obs, {"state": self.state(obs), "alive": self.alive}
+
+    def step(self, actions: np.ndarray):
+        agents = self.env_spec.agents
+        own = {agent: self.env_action(agent, actions[i]) for i, agent in enumerate(agents) if self.alive[i]}
+        observations, rewards, terminations, truncations, _ = self.env.step(own)
+        self.frames += [self.env.render()] if self.recording else []
+        info = dict(
+            rewards=np.array([rewards.get(a, 0.0) for a in agents], dtype=np.float32),
+            terminated=np.array([terminations.get(a, not alive) for a, alive in zip(agents, self.alive)]),
+            truncated=np.array([truncations.get(a, False) for a in agents]),
+            last_obs=self.stack(observations),
+        )
+        if self.env.agents:
+            self.alive = np.isin(agents, self.env.agents)
+            obs = info["last_obs"] * self.alive[:, None]
+            state = self.state(obs)
+            return obs, 0.0, False, False, info | {"last_state": state, "state": state, "alive": self.alive}
+        # The episode is over. Its last state bootstraps only a truncated episode's values (and multiwalker, for
+        # one, has none once a walker fell); then the next episode begins.
+        last_state = self.state(info["last_obs"]) if info["truncated"].any() else np.zeros(self.env_spec.state_dim)
+        self.recording = False
+        obs, begin_info = self.begin_episode(None)
+        return obs, 0.0, False, False, info | {"last_state": last_state.astype(np.float32)} | begin_info
+
+
+class PettingZooVecEnv:
+    """The env interface (see `StepResult`) for any PettingZoo parallel env: `n_envs` copies of `PettingZooEnv` in
+    gymnasium's SyncVectorEnv, or each in a worker process (AsyncVectorEnv) with `async_envs`. Env k begins with
+    the seed `seed + k`; its next episodes follow from the env's own random generator."""
+
+    def __init__(self, env_id, scenario, n_envs, seed, device, async_envs=False, render_first=False):
+        self.spec = get_env_spec(env_id, scenario)  # an env that cannot be trained fails here, before any worker
+        render = lambda k: "rgb_array" if render_first and k == 0 else None  # noqa: E731
+        makers = [functools.partial(PettingZooEnv, env_id, scenario, self.spec, render(k)) for k in range(n_envs)]
+        self.envs = (gymnasium.vector.AsyncVectorEnv if async_envs else gymnasium.vector.SyncVectorEnv)(makers)
+        self.n_envs, self.seed, self.device, self.steps = n_envs, seed, device, 0
+
+    def reset(self, seed: int | None = None):
+        self.current = self.tensors(*self.envs.reset(seed=self.seed if seed is None else seed))
+
+    def observe(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.current
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        obs, _, _, _, info = self.envs.step(actions.cpu().numpy())
+        self.steps += 1
+        self.current = self.tensors(obs, info)
+        ended = [torch.as_tensor(info[k], device=self.device) for k in ("rewards", "terminated", "truncated")]
+        final = [torch.as_tensor(info[k], device=self.device) for k in ("last_obs", "last_state")]
+        return StepResult(*self.current[:2], *ended, *final, self.current[2])
+
+    def tensors(self, obs: np.ndarray, info: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(obs, state, alive) on the device."""
+        return tuple(torch.as_tensor(x, device=self.device) for x in (obs, info["state"], info["alive"]))
+
+    def state_dict(self) -> dict:
+        """Episodes under way cannot be saved: a resumed run begins new ones, seeded from the steps taken."""
+        return {"steps": self.steps}
+
+    def load_state_dict(self, state: dict):
+        self.steps = state["steps"]
+        self.reset(self.seed + self.steps)
+
+
+def make_eval_envs(args: Args, device: torch.device) -> PettingZooVecEnv:
+    """--n-eval-episodes envs (mpe2 itself for an MPE scenario); with --capture-video the first renders."""
+    scenario, n_envs = scenario_kwargs(args), args.n_eval_episodes
+    return PettingZooVecEnv(args.env_id, scenario, n_envs, args.seed, device, args.async_envs, args.capture_video)
 
 
 @torch.no_grad()
-def evaluate(agent: nn.Module, envs: list, spec: EnvSpec, seed: int, device: torch.device):
-    """One greedy episode on each mpe2 env, env k reset with `seed + k` (every evaluation plays the same episodes):
+def evaluate(agent: nn.Module, envs: PettingZooVecEnv, seed: int):
+    """One greedy episode in each env, env k reset with `seed + k` (every evaluation plays the same episodes):
     their per-agent returns (n_envs, n_agents), and the frames (T + 1, H, W, 3) of env 0's if it renders."""
-    observations = [env.reset(seed=seed + k)[0] for k, env in enumerate(envs)]
-    returns, frames, action_sizes = np.zeros((len(envs), len(spec.agents))), [], spec.avail_actions.sum(axis=1)
-    while True:
-        if envs[0].render_mode is not None:
-            frames.append(envs[0].render())
-        if not any(env.agents for env in envs):
-            return returns, np.stack(frames) if frames else None
-        obs = np.zeros((len(envs), len(spec.agents), spec.obs_dim), dtype=np.float32)  # zero-padded
-        for k, i in np.ndindex(obs.shape[:2]):
-            observation = observations[k][spec.agents[i]]
-            obs[k, i, : len(observation)] = observation
-        actions, _ = agent.act(torch.from_numpy(obs).to(device), deterministic=True)
-        actions = actions.cpu().numpy()
-        for k, env in enumerate(envs):
-            if env.agents:  # continuous: each agent's own dimensions, clipped into the box as mpe2's env() would
-                own = [a[:n].clip(0.0, 1.0) if spec.continuous else int(a) for a, n in zip(actions[k], action_sizes)]
-                observations[k], rewards, *_ = env.step(dict(zip(spec.agents, own)))
-                returns[k] += [rewards[a] for a in spec.agents]
+    envs.reset(seed)
+    returns = torch.zeros(envs.n_envs, len(envs.spec.agents), device=envs.device)
+    playing = torch.ones(envs.n_envs, dtype=torch.bool, device=envs.device)  # in its first episode still
+    while playing.any():
+        step = envs.step(agent.act(envs.observe()[0], deterministic=True)[0])
+        returns += step.rewards * playing[:, None]
+        playing &= ~step.ended
+    frames = envs.envs.get_attr("frames")[0]
+    return returns.cpu().numpy(), np.stack(frames) if frames else None
 
 
-def evaluate_and_record(
-    agent, eval_envs: list, spec: EnvSpec, args: Args, device, writer, step: int, video: str | None
-):
-    """The greedy policy's per-agent returns (n_episodes, n_agents) on mpe2, in episodes seeded apart from
-    training's; with --capture-video the first episode also goes to the mp4 file `video` and to TensorBoard."""
-    returns, frames = evaluate(agent, eval_envs, spec, args.seed + 100_000, device)
+def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args: Args, writer, step: int, video: str | None):
+    """The greedy policy's per-agent returns (n_episodes, n_agents), in episodes seeded apart from training's;
+    with --capture-video the first episode also goes to the mp4 file `video` and to TensorBoard."""
+    returns, frames = evaluate(agent, eval_envs, args.seed + 100_000)
     if frames is not None:
         import imageio
 
@@ -1045,7 +1214,7 @@ class Progress:
         return True
 
 
-def training_state(progress: Progress, envs: BatchedMPE, episode_returns: EpisodeReturns) -> dict:
+def training_state(progress: Progress, envs, episode_returns: EpisodeReturns) -> dict:
     """What a training checkpoint holds besides the model, taken between iterations: enough to go on exactly as the
     run would have (`resume_training`). The next rollout's first observations come from the envs again; torch's
     generators (CUDA's too with a GPU) go on sampling actions and minibatches where they were."""
@@ -1058,9 +1227,10 @@ def training_state(progress: Progress, envs: BatchedMPE, episode_returns: Episod
     }
 
 
-def resume_training(checkpoint: dict, envs: BatchedMPE, episode_returns: EpisodeReturns) -> Progress:
+def resume_training(checkpoint: dict, envs, episode_returns: EpisodeReturns) -> Progress:
     envs.load_state_dict(checkpoint["env"])
-    episode_returns.running = checkpoint["episode_returns"]
+    if isinstance(envs, BatchedMPE):  # the other envs begin new episodes (PettingZooVecEnv.state_dict)
+        episode_returns.running = checkpoint["episode_returns"]
     torch.set_rng_state(checkpoint["rng_states"]["torch"].cpu())
     if checkpoint["rng_states"]["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([state.cpu() for state in checkpoint["rng_states"]["cuda"]])
@@ -1107,6 +1277,14 @@ def check_args(args: Args):
             f"--num-*-neighbors and --sort-entities apply to simple_spread_v3 only, not {args.env_id}",
         ),
         (
+            args.env_id in MPE_SCENARIOS and (args.env_kwargs != "{}" or args.async_envs),
+            "--env-kwargs and --async-envs apply to envs given by import path; MPE scenarios are batched in torch",
+        ),
+        (
+            not is_json_object(args.env_kwargs),
+            f"--env-kwargs must be a JSON object such as '{{\"n_walkers\": 3}}', not {args.env_kwargs!r}",
+        ),
+        (
             neighbors[0] is not None and not 1 <= neighbors[0] <= args.n_agents - 1,
             f"--num-agent-neighbors must be between 1 and n_agents - 1 = {args.n_agents - 1}",
         ),
@@ -1127,6 +1305,13 @@ def check_args(args: Args):
     messages = range_errors(args) or [message for failed, message in problems if failed]
     if messages:
         raise SystemExit(f"error: {messages[0]}")
+
+
+def is_json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except json.JSONDecodeError:
+        return False
 
 
 def select_device(want_cuda: bool) -> torch.device:
@@ -1240,14 +1425,14 @@ def run_evaluation_only(args: Args, device: torch.device):
     saved = {k: v for k, v in checkpoint["args"].items() if k in {f.name for f in dataclasses.fields(Args)}}
     keep = ("eval_checkpoint", "n_eval_episodes", "capture_video", "seed", "cuda")
     args = dataclasses.replace(Args(**saved), **{k: getattr(args, k) for k in keep})
-    spec = get_env_spec(args.env_id, scenario_kwargs(args))
-    agent, value_norm, optimizer = build_agent(spec, args, device)
+    envs = make_eval_envs(args, device)
+    agent, value_norm, optimizer = build_agent(envs.spec, args, device)
     restore(checkpoint, agent, value_norm, optimizer, args.eval_checkpoint)
     run_dir, step = os.path.dirname(os.path.abspath(args.eval_checkpoint)), checkpoint["global_step"]
     video = os.path.join("videos", os.path.basename(run_dir), f"test_{step}.mp4") if args.capture_video else None
     with SummaryWriter(run_dir) if video else contextlib.nullcontext() as writer:
-        returns = evaluate_and_record(agent, make_eval_envs(args), spec, args, device, writer, step, video)
-    per_agent = ", ".join(f"{a} {r:.3f}" for a, r in zip(spec.agents, returns.mean(axis=0)))
+        returns = evaluate_and_record(agent, envs, args, writer, step, video)
+    per_agent = ", ".join(f"{a} {r:.3f}" for a, r in zip(envs.spec.agents, returns.mean(axis=0)))
     print(
         f"{args.eval_checkpoint} (trained {step} steps on {args.env_id}): eval episodic_return "
         f"{returns.mean():.3f} +- {returns.mean(axis=1).std():.3f} over {len(returns)} episodes; {per_agent}"

@@ -94,10 +94,22 @@ def save_then_test_mode(run_script, cwd, *train_flags) -> tuple[str, subprocess.
     result = run_script(
         cwd, "--eval-checkpoint", str(run_dir / "model.pt"), "--n-eval-episodes", "3", "--capture-video"
     )
-    assert "trained 200 steps on simple_spread_v3" in result.stdout and "over 3 episodes" in result.stdout
+    env_id = train_flags[train_flags.index("--env-id") + 1] if "--env-id" in train_flags else "simple_spread_v3"
+    assert f"trained 200 steps on {env_id}" in result.stdout and "over 3 episodes" in result.stdout
     (video,) = os.listdir(cwd / "videos" / run_name)
     assert video == "test_200.mp4" and os.path.getsize(cwd / "videos" / run_name / video) > 1000
     return run_name, result
+
+
+# Envs that are not MPE scenarios, through gymnasium's vector envs: one where an agent dies (discrete and continuous
+# actions with per-agent bounds), and two PettingZoo envs no one here wrote, one with workers (--async-envs).
+KAZ = "pettingzoo.butterfly.knights_archers_zombies_v11"
+GENERIC_ENVS = {
+    "dying_discrete": ["--env-id", "tests.dying_env"],
+    "dying_continuous": ["--env-id", "tests.dying_env", "--env-kwargs", '{"continuous": true}'],
+    "multiwalker": ["--env-id", "pettingzoo.sisl.multiwalker_v9", "--env-kwargs", '{"max_cycles": 30}', "--async-envs"],
+    "kaz": ["--env-id", KAZ, "--env-kwargs", '{"max_cycles": 30}'],
+}
 
 
 RESUME_FLAGS = ["--n-rollout-threads", "4", "--n-eval-episodes", "2", "--ppo-epoch", "2"]
@@ -179,6 +191,11 @@ def assert_bad_resumes_are_refused(run_script, cwd, module):
         assert "\n" not in str(refused.value)
 
 
+def all_alive(x: torch.Tensor) -> torch.Tensor:
+    """(B, n_agents) True: every agent of x (B, n_agents, ...) in its episode."""
+    return torch.ones(x.shape[:2], dtype=torch.bool)
+
+
 def full_re_decode(model, obs_rep: torch.Tensor, avail: torch.Tensor, action_distribution):
     """The official MAT's acting, as the reference for the cached decoding: at each agent's turn the whole action
     sequence goes through the decoder again; returns actions, log-probs and head outputs as decode_autoregressive.
@@ -194,5 +211,5 @@ def full_re_decode(model, obs_rep: torch.Tensor, avail: torch.Tensor, action_dis
         logprobs.append(dist.log_prob(action))
         outs.append(out)
         if i + 1 < n_agents:
-            shifted[:, i + 1] = model.action_tokens(action)
+            shifted[:, i + 1] = model.action_tokens(action, torch.ones(B, dtype=torch.bool))
     return torch.stack(actions, dim=1), torch.stack(logprobs, dim=1), torch.stack(outs, dim=1)

@@ -15,6 +15,8 @@ sys.path.insert(0, ROOT)
 SCRIPT = "mappo_mpe.py"  # run end to end by the run_script fixture (conftest.py)
 
 from conftest import (  # noqa: E402
+    GENERIC_ENVS,
+    KAZ,
     STOP_FLAGS,
     TINY,
     assert_bad_resumes_are_refused,
@@ -90,7 +92,7 @@ def test_partial_observability_sizes(agent_neighbors, landmark_neighbors, obs_di
     assert spec.state_dim == 3 * obs_dim
     envs = m.BatchedMPE("simple_spread_v3", scenario(num_agent_neighbors=agent_neighbors), 2, seed=0, device=CPU)
     envs.reset()
-    obs, state = envs.observe()
+    obs, state, _ = envs.observe()
     assert obs.shape == (2, 3, 4 + 2 * 3 + 4 * agent_neighbors) and state.shape == (2, 3 * obs.shape[-1])
 
 
@@ -351,27 +353,37 @@ def test_gae_matches_reference_loop_with_truncation_and_termination():
 def test_policy_loss_on_hand_made_batch():
     logprob = torch.log(torch.tensor([[0.2, 0.5], [0.9, 0.1]]))
     advantages = torch.tensor([[1.0, -2.0], [0.5, 3.0]])
-    loss, stats = m.policy_loss_fn(logprob, logprob.clone(), advantages, clip=0.2)
+    alive = torch.ones(2, 2, dtype=torch.bool)
+    loss, stats = m.policy_loss_fn(logprob, logprob.clone(), advantages, alive, clip=0.2)
     assert stats["ratio"].item() == 1.0 and stats["clipfrac"].item() == 0.0 and stats["approx_kl"].item() == 0.0
     torch.testing.assert_close(loss, -advantages.mean())
     # ratio 2 with a positive advantage is clipped at 1.2; ratio 0.5 with a negative one at 0.8
     new = logprob + torch.log(torch.tensor([[2.0, 0.5], [1.0, 1.0]]))
-    loss, stats = m.policy_loss_fn(new, logprob, advantages, clip=0.2)
+    loss, stats = m.policy_loss_fn(new, logprob, advantages, alive, clip=0.2)
     torch.testing.assert_close(loss, -torch.tensor([1.2 * 1.0, 0.8 * -2.0, 0.5, 3.0]).mean())
     assert stats["clipfrac"].item() == 0.5
+    # an agent who has left the episode adds nothing: the loss and stats are those of the others alone
+    alive[0, 0] = False
+    loss, stats = m.policy_loss_fn(new, logprob, advantages, alive, clip=0.2)
+    torch.testing.assert_close(loss, -torch.tensor([0.8 * -2.0, 0.5, 3.0]).mean())
+    assert stats["clipfrac"].item() == pytest.approx(1 / 3) and stats["ratio"].item() == pytest.approx(2.5 / 3)
 
 
 def test_value_loss_huber_and_clipping():
     returns = torch.tensor([0.0, 0.0, 0.0])
     old = torch.tensor([0.0, 0.0, 1.0])
     values = torch.tensor([0.1, 20.0, 0.5])
-    plain = m.value_loss_fn(values, old, returns, clip=0.2, huber_delta=10.0, clipped=False)
+    alive = torch.ones(3, dtype=torch.bool)
+    plain = m.value_loss_fn(values, old, returns, alive, clip=0.2, huber_delta=10.0, clipped=False)
     expected = [0.5 * 0.1**2, 10.0 * (20.0 - 5.0), 0.5 * 0.5**2]  # quadratic below delta, linear above
     torch.testing.assert_close(plain, torch.tensor(expected).mean())
-    clipped = m.value_loss_fn(values, old, returns, clip=0.2, huber_delta=10.0, clipped=True)
+    clipped = m.value_loss_fn(values, old, returns, alive, clip=0.2, huber_delta=10.0, clipped=True)
     # clipped predictions 0.1, 0.2, 0.8: the max keeps the larger loss of each element
     expected_clipped = [0.5 * 0.1**2, 10.0 * (20.0 - 5.0), 0.5 * 0.8**2]
     torch.testing.assert_close(clipped, torch.tensor(expected_clipped).mean())
+    alive[1] = False
+    clipped = m.value_loss_fn(values, old, returns, alive, clip=0.2, huber_delta=10.0, clipped=True)
+    torch.testing.assert_close(clipped, torch.tensor([expected_clipped[0], expected_clipped[2]]).mean())
 
 
 @pytest.mark.parametrize("continuous", [False, True])
@@ -464,7 +476,8 @@ def test_evaluation_plays_mpe2_itself():
     agent = m.Agent(spec, m.Args(env_id=env_id, separate_actors=True))
     for actor in agent.actors:  # logits far from uniform, so that the greedy actions vary
         torch.nn.init.normal_(actor[-1].weight, std=1.0)
-    returns, frames = m.evaluate(agent, [m.make_env(env_id, scenario(env_id)) for _ in range(3)], spec, 10, CPU)
+    envs = m.PettingZooVecEnv(env_id, scenario(env_id), 3, 0, CPU)
+    returns, frames = m.evaluate(agent, envs, 10)
     assert returns.shape == (3, 2) and frames is None
     for k in range(3):
         env = importlib.import_module(f"mpe2.{env_id}").parallel_env(max_cycles=25)
@@ -586,7 +599,7 @@ def test_presets_apply_under_the_flags_given(script):
     module = importlib.import_module(script)
     assert module.parse_args([]) == module.Args()
     for preset, scenarios in module.PRESETS.items():
-        assert scenarios.keys() == set(typing.get_args(typing.get_type_hints(module.Args)["env_id"])), preset
+        assert scenarios.keys() == set(module.MPE_SCENARIOS), preset
         for env_id, changes in scenarios.items():
             for argv in (["--preset", preset, "--env-id", env_id], [f"--env-id={env_id}", f"--preset={preset}"]):
                 args = module.parse_args(argv)
@@ -673,6 +686,32 @@ def test_script_end_to_end(tmp_path, run_script, env_id, continuous):
     assert any(f.startswith("events.out.tfevents") for f in os.listdir(tmp_path / "runs" / runs[0]))
 
 
+@pytest.mark.parametrize("env", GENERIC_ENVS)
+def test_generic_env_end_to_end(tmp_path, run_script, env):
+    result = run_script(tmp_path, *GENERIC_ENVS[env], *TINY)
+    assert "step       200/200" in result.stdout
+
+
+def test_generic_env_save_model_then_test_mode_with_video(tmp_path, run_script):
+    save_then_test_mode(run_script, tmp_path, *GENERIC_ENVS["kaz"])
+
+
+def test_generic_env_resumes_alike_from_one_checkpoint(tmp_path, run_script):
+    """Episodes under way on a generic env are not saved: a resumed run begins new ones, seeded from the step, so
+    two runs resumed from the same checkpoint end with identical parameters."""
+    flags = [*GENERIC_ENVS["dying_discrete"], "--n-rollout-threads", "4", "--n-eval-episodes", "2"]
+    run_script(tmp_path, *flags, "--total-timesteps", "400")
+    (run_name,) = os.listdir(tmp_path / "runs")
+    checkpoint = tmp_path / "runs" / run_name / "checkpoint.pt"
+    (tmp_path / "first.pt").write_bytes(checkpoint.read_bytes())
+    ends = []
+    for _ in range(2):
+        checkpoint.write_bytes((tmp_path / "first.pt").read_bytes())
+        run_script(tmp_path, *flags, "--total-timesteps", "800", "--resume", str(checkpoint))
+        ends.append(torch.load(checkpoint, weights_only=True)["agent"])
+    assert ends[0].keys() == ends[1].keys() and all(torch.equal(ends[0][k], ends[1][k]) for k in ends[0])
+
+
 def test_one_agent_trains(tmp_path, run_script):
     """Spread with a single agent: no teammate to observe or collide with (mpe2 runs it too)."""
     result = run_script(tmp_path, "--n-agents", "1", "--preset", "tuned", *TINY)
@@ -716,15 +755,99 @@ def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
         (["--eval-checkpoint", str(tmp_path / "bad.pt")], "is a text file"),
     ]:
         assert_one_line_error(run_script(tmp_path, *flags, check=False), message)
-    result = run_script(tmp_path, "--env-id", "simple_tag_v3", check=False)
-    assert result.returncode == 2 and "simple_tag_v3" in result.stderr and "Traceback" not in result.stderr
+    for flags, message in [
+        (["--env-id", "simple_tag_v3"], "--env-id simple_tag_v3: cannot make simple_tag_v3.parallel_env"),
+        (["--env-id", "mpe2.simple_spread_v3", "--env-kwargs", "{'N': 4}"], "must be a JSON object"),
+        (["--env-id", "mpe2.simple_spread_v3", "--env-kwargs", '{"M": 4}'], "unexpected keyword argument 'M'"),
+        (["--env-id", KAZ, "--continuous-actions"], "unexpected keyword argument 'continuous_actions'"),
+        (["--env-kwargs", '{"N": 4}'], "apply to envs given by import path"),
+        (["--env-id", KAZ, "--env-kwargs", '{"obs_method": "image"}'], "unsupported observations"),
+    ]:
+        assert_one_line_error(run_script(tmp_path, *flags, check=False), message)
 
 
 def test_evaluation_records_the_first_episode_when_its_env_renders():
     spec = env_spec(max_cycles=5)
     agent = m.Agent(spec, m.Args())
-    envs = m.make_eval_envs(m.Args(max_cycles=5, n_eval_episodes=2, capture_video=True))
-    assert envs[0].render_mode == "rgb_array" and envs[1].render_mode is None
-    returns, frames = m.evaluate(agent, envs, spec, 0, CPU)
+    envs = m.make_eval_envs(m.Args(max_cycles=5, n_eval_episodes=2, capture_video=True), CPU)
+    assert [env.render_mode for env in envs.envs.envs] == ["rgb_array", None]
+    returns, frames = m.evaluate(agent, envs, 0)
     assert returns.shape == (2, 3) and frames.shape == (6, 700, 700, 3) and frames.dtype == np.uint8
     assert frames.std() > 0
+
+
+def test_generic_envs_report_an_agent_who_dies_and_the_end_of_the_episode():
+    """tests/dying_env.py through the env interface: agent_1 leaves at step 2 of 4. Its reward counts at that step,
+    it stays terminated with zero observations and rewards, and the episode ends by truncation for the others;
+    the env then begins the next episode within the same step, its last observations kept in final_obs."""
+    envs = m.PettingZooVecEnv("tests.dying_env", {"death_step": 2, "max_cycles": 4}, 2, 0, CPU)
+    spec = envs.spec
+    assert spec.agents == ["agent_0", "agent_1", "agent_2"] and (spec.obs_dim, spec.action_dim) == (3, 4)
+    assert spec.state_dim == 9 and not spec.has_state and not spec.continuous  # no env.state(): the obs joined
+    np.testing.assert_array_equal(spec.avail_actions, [[1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]])
+    envs.reset()
+    actions = torch.tensor([[1, 2, 3], [0, 1, 2]])
+    ids = torch.arange(3.0).expand(2, 3)
+    steps = [envs.step(actions) for _ in range(4)]
+    for t, step in enumerate(steps, start=1):
+        dead = t >= 2
+        assert step.terminated[:, 1].tolist() == [dead, dead] and not step.terminated[:, [0, 2]].any()
+        assert step.truncated[:, [0, 2]].all() == (t == 4) and not step.truncated[:, 1].any()
+        torch.testing.assert_close(step.rewards[:, 1], actions[:, 1].float() * (t <= 2))
+        torch.testing.assert_close(step.rewards[:, [0, 2]], actions[:, [0, 2]].float())
+        torch.testing.assert_close(step.final_obs[..., 0], ids * torch.tensor([1.0, t <= 2, 1.0]))
+        torch.testing.assert_close(step.state, step.obs.flatten(1))
+    assert steps[0].alive.all() and not steps[1].alive[:, 1].any() and steps[2].alive[:, [0, 2]].all()
+    assert (steps[1].obs[:, 1] == 0).all() and (steps[1].obs[:, 0, 1] == 2).all()
+    assert [bool(s.ended.all()) for s in steps] == [False, False, False, True]
+    assert steps[3].alive.all() and torch.equal(steps[3].obs, torch.stack([ids, 0 * ids, 0 * ids], dim=-1))
+    torch.testing.assert_close(steps[3].final_obs[:, 0], torch.tensor([[0.0, 4.0, 1.0], [0.0, 4.0, 0.0]]))
+
+
+def test_generic_envs_scale_unit_box_actions_to_each_agents_bounds():
+    """A continuous policy acts in the unit box: agent i's first 1 + i numbers, clipped into [0, 1], become
+    -2 + 4 a in its Box(-2, 2); the padding it does not have is dropped."""
+    envs = m.PettingZooVecEnv("tests.dying_env", {"continuous": True}, 1, 0, CPU)
+    assert envs.spec.continuous and envs.spec.action_dim == 3
+    envs.reset()
+    unit = torch.tensor([[[0.25, 9.0, 9.0], [1.5, 0.5, 9.0], [-1.0, 0.75, 0.5]]])
+    step = envs.step(unit)
+    expected = [-2 + 4 * 0.25, (-2 + 4 * 1.0) + (-2 + 4 * 0.5), (-2 + 0.0) + (-2 + 4 * 0.75) + (-2 + 4 * 0.5)]
+    torch.testing.assert_close(step.rewards, torch.tensor([expected]))
+
+
+def test_an_agent_who_died_adds_nothing_to_the_update():
+    """tests/dying_env.py, agent_1 gone after step 3 of 6: the update's losses (one batch, before any step) equal
+    those computed by hand from the alive agents' steps only, with the advantages normalized and ValueNorm fed
+    over those steps alone."""
+    torch.manual_seed(0)
+    envs = m.PettingZooVecEnv("tests.dying_env", {}, 2, 0, CPU)
+    args = m.Args(ppo_epoch=1, lr=0.0)
+    agent, value_norm, optimizer = m.build_agent(envs.spec, args, CPU)
+    buffer = m.RolloutBuffer(6, 2, envs.spec, CPU)
+    envs.reset()
+    buffer.obs[0], buffer.state[0], buffer.alive[0] = envs.observe()
+    with torch.no_grad():
+        for t in range(6):
+            actions, logprobs = agent.act(buffer.obs[t])
+            step = envs.step(actions)
+            buffer.insert(t, actions, logprobs, step.rewards, step)
+        buffer.compute_values(agent, value_norm)
+        advantages, returns = m.compute_gae(
+            buffer.rewards, buffer.values, buffer.final_values, buffer.terminated, buffer.truncated, 0.99, 0.95
+        )
+    alive = buffer.alive[:-1]
+    assert alive[:3].all() and not alive[3:, :, 1].any() and alive[3:, :, [0, 2]].all()
+    stats = m.ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
+    by_hand = m.ValueNorm()
+    by_hand.update(returns[alive])
+    with torch.no_grad():
+        obs, state = buffer.obs[:-1].flatten(0, 1), buffer.state[:-1].flatten(0, 1)
+        entropy = agent.get_dist(obs).entropy().view_as(alive)[alive].mean()
+        values = agent.get_value(obs, state).view_as(alive)[alive]
+    old_values, ones = by_hand.normalize(buffer.values[:-1][alive]), torch.ones_like(values, dtype=torch.bool)
+    value_loss = m.value_loss_fn(values, old_values, by_hand.normalize(returns[alive]), ones, 0.2, 10.0, True)
+    adv = advantages[alive]
+    assert stats["policy_loss"] == pytest.approx(-((adv - adv.mean()) / (adv.std() + 1e-5)).mean().item(), abs=1e-6)
+    assert stats["entropy"] == pytest.approx(entropy.item(), rel=1e-6)
+    assert stats["value_loss"] == pytest.approx(value_loss.item(), rel=1e-5)

@@ -12,6 +12,7 @@ sys.path.insert(0, ROOT)
 SCRIPT = "mappo_mpe_rnn.py"  # run end to end by the run_script fixture (conftest.py)
 
 from conftest import (  # noqa: E402
+    GENERIC_ENVS,
     TINY,
     assert_bad_resumes_are_refused,
     assert_one_line_error,
@@ -132,7 +133,9 @@ def collect(agent, envs, buffer, T: int, first_rollout: bool):
     which gives the reference values and final values (the values "computed while acting")."""
     if first_rollout:
         envs.reset()
-    buffer.obs[0], buffer.state[0] = envs.observe()  # as main(): each rollout starts from where the envs are
+    buffer.obs[0], buffer.state[0], buffer.alive[0] = (
+        envs.observe()
+    )  # as main(): each rollout starts from where the envs are
     actor_hidden, critic_hidden = buffer.actor_hidden, buffer.critic_hidden
     values, final_values, actor_hiddens = [], [], []
     one_step = lambda x: x.unsqueeze(0)  # noqa: E731
@@ -210,8 +213,8 @@ def test_evaluation_and_video_reset_the_hidden_state_at_the_episode_start(monkey
         return actions, logprobs, next_hidden
 
     monkeypatch.setattr(agent, "act", spy)
-    envs = m.make_eval_envs(m.Args(max_cycles=4, n_eval_episodes=3, capture_video=True))
-    returns, frames = m.evaluate(agent, envs, spec, 0, CPU)
+    envs = m.make_eval_envs(m.Args(max_cycles=4, n_eval_episodes=3, capture_video=True), CPU)
+    returns, frames = m.evaluate(agent, envs, 0)
     assert len(calls) == 4 and returns.shape == (3, 3) and frames.shape[0] == 5  # 4 steps, and the first frame
     assert torch.all(calls[0][0] == 0) and calls[0][1].all() and calls[0][1].shape == (3,)
     for (_, _, given), (hidden, starts, _) in zip(calls[:-1], calls[1:]):
@@ -314,6 +317,12 @@ def test_script_end_to_end(tmp_path, run_script, env_id, continuous):
     assert "step       200/200" in result.stdout
     runs = os.listdir(tmp_path / "runs")
     assert len(runs) == 1 and runs[0].startswith(f"{env_id}__mappo_mpe_rnn__1__")
+
+
+@pytest.mark.parametrize("env", ["dying_discrete", "multiwalker", "kaz"])
+def test_generic_env_end_to_end(tmp_path, run_script, env):
+    result = run_script(tmp_path, *GENERIC_ENVS[env], *TINY)
+    assert "step       200/200" in result.stdout
 
 
 def test_one_agent_trains(tmp_path, run_script):

@@ -12,7 +12,9 @@ sys.path.insert(0, ROOT)
 SCRIPT = "mat_mpe.py"  # run end to end by the run_script fixture (conftest.py)
 
 from conftest import (  # noqa: E402
+    GENERIC_ENVS,
     TINY,
+    all_alive,
     assert_bad_resumes_are_refused,
     assert_one_line_error,
     assert_resume_is_exact,
@@ -70,7 +72,7 @@ def randomize(model: torch.nn.Module):
 
 def test_shift_actions():
     model, _ = random_model()
-    shifted = model.shift_actions(torch.tensor([[2, 0, 4]]))
+    shifted = model.shift_actions(torch.tensor([[2, 0, 4]]), torch.ones(1, 3, dtype=torch.bool))
     expected = torch.zeros(1, 3, 6)
     expected[0, 0, 0] = 1.0  # start token
     expected[0, 1, 3] = 1.0  # agent 0 took action 2
@@ -79,7 +81,7 @@ def test_shift_actions():
     continuous, _ = random_model(continuous_actions=True)
     actions = torch.rand(1, 3, 5)
     expected = torch.cat([torch.zeros(1, 1, 5), actions[:, :2]], dim=1)  # no start slot: a zero vector first
-    torch.testing.assert_close(continuous.shift_actions(actions), expected, atol=0, rtol=0)
+    torch.testing.assert_close(continuous.shift_actions(actions, all_alive(actions)), expected, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("n_block,n_head,continuous", [(1, 1, False), (2, 4, False), (2, 2, True)])
@@ -88,8 +90,10 @@ def test_sampled_logprobs_and_entropies_match_teacher_forcing(n_block, n_head, c
     obs = torch.randn(256, 3, 18)
     with torch.no_grad():
         x, avail = model.agent_inputs(obs, None)
-        actions, logprobs, outs = model.decode_autoregressive(model.encode(x)[0], avail, deterministic=False)
-        tf_logprobs, tf_entropy, _ = model.evaluate_actions(obs, actions)
+        actions, logprobs, outs = model.decode_autoregressive(
+            model.encode(x)[0], avail, all_alive(obs), deterministic=False
+        )
+        tf_logprobs, tf_entropy, _ = model.evaluate_actions(obs, actions, all_alive(obs))
     torch.testing.assert_close(tf_logprobs, logprobs, atol=1e-5, rtol=0)
     torch.testing.assert_close(
         tf_entropy, m.action_distribution(outs, avail, model.std_logit).entropy(), atol=1e-5, rtol=0
@@ -106,10 +110,30 @@ def test_changing_an_action_changes_no_logits_of_earlier_agents(j):
     changed[:, j] = (changed[:, j] + 1) % 5
     with torch.no_grad():
         obs_rep, _ = model.encode(model.agent_inputs(obs, None)[0])
-        before = model.decode(model.shift_actions(actions), obs_rep)
-        after = model.decode(model.shift_actions(changed), obs_rep)
+        before = model.decode(model.shift_actions(actions, all_alive(actions)), obs_rep)
+        after = model.decode(model.shift_actions(changed, all_alive(changed)), obs_rep)
     torch.testing.assert_close(after[:, : j + 1], before[:, : j + 1], atol=0, rtol=0)
     assert (after[:, j + 1] - before[:, j + 1]).abs().max() > 1e-3  # agent j+1 does see it
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_an_agent_who_died_is_a_zero_token_to_the_next_agents(continuous):
+    """Agents 1 and 3 of 5 have left their episodes: whatever action is stored for them, the later agents decode
+    the same outputs (their tokens are zeros), and acting agent by agent still gives the teacher-forced log-probs."""
+    model, spec = random_model(n_agents=5, n_block=2, n_head=2, continuous_actions=continuous)
+    obs, alive = torch.randn(64, 5, spec.obs_dim), torch.tensor([True, False, True, False, True]).expand(64, 5)
+    with torch.no_grad():
+        actions, logprobs = model.act(obs, alive)
+        changed = actions.clone()
+        changed[:, [1, 3]] = torch.rand_like(changed[:, [1, 3]].float()).to(changed.dtype) + 1
+        obs_rep, _ = model.encode(model.agent_inputs(obs, None)[0])
+        before = model.decode(model.shift_actions(actions, alive), obs_rep)
+        after = model.decode(model.shift_actions(changed, alive), obs_rep)
+        tf_logprobs, _, _ = model.evaluate_actions(obs, actions, alive)
+        seen = model.decode(model.shift_actions(changed, all_alive(obs)), obs_rep)
+    torch.testing.assert_close(after, before, atol=0, rtol=0)
+    assert (seen[:, 2] - before[:, 2]).abs().max() > 1e-3  # alive, agent 1's action would have been seen
+    torch.testing.assert_close(tf_logprobs, logprobs, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("n_agents", [3, 8])
@@ -122,7 +146,7 @@ def test_cached_decoding_equals_full_re_decode(n_agents, n_block, n_head, contin
         obs_rep = model.encode(x)[0]
         results = []
         for decode in (
-            lambda: model.decode_autoregressive(obs_rep, avail, False),
+            lambda: model.decode_autoregressive(obs_rep, avail, all_alive(obs), False),
             lambda: full_re_decode(model, obs_rep, avail, m.action_distribution),
         ):
             torch.manual_seed(7)  # the same random draws, so both paths see the same earlier actions
@@ -151,8 +175,8 @@ def test_sorted_encoder_does_not_see_the_order_of_landmarks_and_agents():
         outputs = []
         for x in (obs, shuffled):
             torch.manual_seed(3)
-            actions, logprobs = model.act(x)
-            outputs.append((actions, logprobs, *model.evaluate_actions(x, actions)))
+            actions, logprobs = model.act(x, all_alive(x))
+            outputs.append((actions, logprobs, *model.evaluate_actions(x, actions, all_alive(x))))
     for a, b in zip(*outputs):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
     torch.testing.assert_close(outputs[0][2], outputs[0][1], atol=1e-5, rtol=1e-5)  # teacher-forced log-probs
@@ -163,16 +187,16 @@ def test_masked_actions_are_never_sampled_and_deterministic_is_argmax():
     with torch.no_grad():  # make the unavailable speaker actions the most attractive ones
         model.action_head[-1].bias.copy_(torch.tensor([0.0, 0.0, 0.0, 50.0, 50.0]))
         obs = torch.randn(4096, 2, 11)
-        actions, logprobs = model.act(obs)
+        actions, logprobs = model.act(obs, all_alive(obs))
         x, avail = model.agent_inputs(obs, None)
-        greedy, _, logits = model.decode_autoregressive(model.encode(x)[0], avail, deterministic=True)
-        _, entropy, _ = model.evaluate_actions(obs, actions)
+        greedy, _, logits = model.decode_autoregressive(model.encode(x)[0], avail, all_alive(obs), deterministic=True)
+        _, entropy, _ = model.evaluate_actions(obs, actions, all_alive(obs))
     assert actions[:, 0].max() <= 2 and greedy[:, 0].max() <= 2
     assert set(actions[:, 0].tolist()) == {0, 1, 2}
     assert {3, 4} <= set(actions[:, 1].tolist())  # the listener does have actions 3 and 4
     assert torch.isfinite(logprobs).all() and torch.isfinite(entropy).all()
     torch.testing.assert_close(greedy, logits.masked_fill(~avail, -torch.inf).argmax(-1), atol=0, rtol=0)
-    torch.testing.assert_close(model.act(obs, deterministic=True)[0], greedy, atol=0, rtol=0)
+    torch.testing.assert_close(model.act(obs, all_alive(obs), deterministic=True)[0], greedy, atol=0, rtol=0)
 
 
 def test_continuous_padded_dimensions_are_zero_and_change_no_log_probability():
@@ -182,11 +206,11 @@ def test_continuous_padded_dimensions_are_zero_and_change_no_log_probability():
     obs = torch.randn(512, 2, 11)
     with torch.no_grad():
         model.std_logit.copy_(torch.randn(5))
-        actions, logprobs = model.act(obs)
-        greedy, _ = model.act(obs, deterministic=True)
+        actions, logprobs = model.act(obs, all_alive(obs))
+        greedy, _ = model.act(obs, all_alive(obs), deterministic=True)
         padded = actions.clone()
         padded[:, 0, 3:] = torch.randn(512, 2) * 5
-        padded_logprobs, entropy, _ = model.evaluate_actions(obs, padded)
+        padded_logprobs, entropy, _ = model.evaluate_actions(obs, padded, all_alive(obs))
     assert actions.shape == (512, 2, 5) and torch.all(actions[:, 0, 3:] == 0) and torch.all(greedy[:, 0, 3:] == 0)
     torch.testing.assert_close(padded_logprobs[:, 0], logprobs[:, 0], atol=1e-5, rtol=0)
     own_entropy = torch.distributions.Normal(0.0, torch.sigmoid(model.std_logit[:3])).entropy().sum()
@@ -199,9 +223,9 @@ def test_model_shapes(env_id):
     model, spec = random_model(env_id, n_agents)
     assert (spec.obs_dim, spec.action_dim) == (obs_dim, action_dim)
     obs = torch.randn(7, n_agents, obs_dim)
-    actions, logprobs = model.act(obs)
+    actions, logprobs = model.act(obs, all_alive(obs))
     assert actions.shape == logprobs.shape == (7, n_agents) and actions.dtype == torch.long
-    logprob, entropy, values = model.evaluate_actions(obs, actions)
+    logprob, entropy, values = model.evaluate_actions(obs, actions, all_alive(obs))
     assert logprob.shape == entropy.shape == values.shape == (7, n_agents)
     torch.testing.assert_close(model.get_value(obs), values)
 
@@ -213,10 +237,14 @@ def test_encoder_follows_a_shuffled_agent_order():
     order = torch.rand(32, 3).argsort(dim=1)
     rows = torch.arange(32).unsqueeze(1)
     with torch.no_grad():
-        _, _, values = model.evaluate_actions(obs, torch.zeros(32, 3, dtype=torch.long))
-        _, _, shuffled_values = model.evaluate_actions(obs[rows, order], torch.zeros(32, 3, dtype=torch.long), order)
-        identity = model.evaluate_actions(obs, torch.ones(32, 3, dtype=torch.long), torch.arange(3).expand(32, 3))
-        default = model.evaluate_actions(obs, torch.ones(32, 3, dtype=torch.long))
+        _, _, values = model.evaluate_actions(obs, torch.zeros(32, 3, dtype=torch.long), all_alive(obs))
+        _, _, shuffled_values = model.evaluate_actions(
+            obs[rows, order], torch.zeros(32, 3, dtype=torch.long), all_alive(obs[rows, order]), order
+        )
+        identity = model.evaluate_actions(
+            obs, torch.ones(32, 3, dtype=torch.long), all_alive(obs), torch.arange(3).expand(32, 3)
+        )
+        default = model.evaluate_actions(obs, torch.ones(32, 3, dtype=torch.long), all_alive(obs))
     torch.testing.assert_close(shuffled_values, values[rows, order], atol=1e-5, rtol=1e-5)
     for a, b in zip(identity, default):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
@@ -232,7 +260,7 @@ def test_batched_env_shapes(env_id):
     n_agents, obs_dim, _, action_dims = SCENARIOS[env_id]
     envs = m.BatchedMPE(env_id, scenario(env_id, max_cycles=2), 3, seed=0, device=torch.device("cpu"))
     envs.reset()
-    obs, _ = envs.observe()
+    obs, _, _ = envs.observe()
     assert obs.shape == (3, n_agents, obs_dim)
     for _ in range(2):
         step = envs.step(torch.zeros((3, n_agents), dtype=torch.long))
@@ -274,7 +302,7 @@ def test_first_ppo_epoch_starts_on_policy(shuffle_agents, continuous):
     buffer.obs.normal_()
     with torch.no_grad():
         for t in range(5):
-            buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t])
+            buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t], buffer.alive[t])
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(5, 2, 3), torch.randn(5, 2, 3), args)
     if shuffle_agents:
         assert stats["approx_kl"] > 1e-4
@@ -303,10 +331,12 @@ def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
     restored, restored_norm, restored_opt = m.build_agent(spec, m.Args(**checkpoint["args"]), torch.device("cpu"))
     m.restore(checkpoint, restored, restored_norm, restored_opt, path)
     obs = torch.randn(64, 2, 11)
-    torch.testing.assert_close(restored.act(obs, deterministic=True)[0], agent.act(obs, deterministic=True)[0])
     torch.testing.assert_close(
-        restored.evaluate_actions(obs, torch.zeros(64, 2, dtype=torch.long)),
-        agent.evaluate_actions(obs, torch.zeros(64, 2, dtype=torch.long)),
+        restored.act(obs, all_alive(obs), deterministic=True)[0], agent.act(obs, all_alive(obs), deterministic=True)[0]
+    )
+    torch.testing.assert_close(
+        restored.evaluate_actions(obs, torch.zeros(64, 2, dtype=torch.long), all_alive(obs)),
+        agent.evaluate_actions(obs, torch.zeros(64, 2, dtype=torch.long), all_alive(obs)),
     )
     torch.testing.assert_close(restored_norm.mean_var()[0], value_norm.mean_var()[0])
     assert checkpoint["global_step"] == 123 and checkpoint["args"]["n_block"] == 2
@@ -346,6 +376,12 @@ def test_script_end_to_end(tmp_path, run_script, env_id, continuous):
     assert "step       200/200" in result.stdout
     runs = os.listdir(tmp_path / "runs")
     assert len(runs) == 1 and runs[0].startswith(f"{env_id}__mat_mpe__1__")
+
+
+@pytest.mark.parametrize("env", ["dying_discrete", "multiwalker", "kaz"])
+def test_generic_env_end_to_end(tmp_path, run_script, env):
+    result = run_script(tmp_path, *GENERIC_ENVS[env], *TINY)
+    assert "step       200/200" in result.stdout
 
 
 def test_one_agent_trains(tmp_path, run_script):

@@ -13,7 +13,9 @@ sys.path.insert(0, ROOT)
 SCRIPT = "mat_mpe_ep_critic.py"  # run end to end by the run_script fixture (conftest.py)
 
 from conftest import (  # noqa: E402
+    GENERIC_ENVS,
     TINY,
+    all_alive,
     assert_bad_resumes_are_refused,
     assert_one_line_error,
     assert_resume_is_exact,
@@ -61,7 +63,7 @@ def random_rollout(agent, spec, T: int, n_envs: int) -> m.RolloutBuffer:
     buffer.obs.normal_()
     buffer.state.normal_()
     for t in range(T):
-        buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t])
+        buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t], buffer.alive[t])
     return buffer
 
 
@@ -170,8 +172,10 @@ def test_autoregressive_logprobs_equal_teacher_forced_ones(n_block, n_head, cont
     obs = torch.randn(256, 3, 18)
     with torch.no_grad():
         x, avail = model.agent_inputs(obs, None)
-        actions, logprobs, outs = model.decode_autoregressive(model.encode(x), avail, deterministic=False)
-        tf_logprobs, tf_entropy = model.evaluate_actions(obs, actions)
+        actions, logprobs, outs = model.decode_autoregressive(
+            model.encode(x), avail, all_alive(obs), deterministic=False
+        )
+        tf_logprobs, tf_entropy = model.evaluate_actions(obs, actions, all_alive(obs))
     torch.testing.assert_close(tf_logprobs, logprobs, atol=1e-5, rtol=0)
     torch.testing.assert_close(
         tf_entropy, m.action_distribution(outs, avail, model.std_logit).entropy(), atol=1e-5, rtol=0
@@ -188,7 +192,7 @@ def test_cached_decoding_equals_full_re_decode(n_agents, continuous):
         obs_rep = model.encode(x)
         results = []
         for decode in (
-            lambda: model.decode_autoregressive(obs_rep, avail, False),
+            lambda: model.decode_autoregressive(obs_rep, avail, all_alive(obs), False),
             lambda: full_re_decode(model, obs_rep, avail, m.action_distribution),
         ):
             torch.manual_seed(7)  # the same random draws, so both paths see the same earlier actions
@@ -205,9 +209,9 @@ def test_model_shapes(env_id):
     model, spec = random_model(env_id, n_agents)
     assert (spec.obs_dim, spec.action_dim, spec.state_dim) == (obs_dim, action_dim, state_dim)
     obs, state = torch.randn(7, n_agents, obs_dim), torch.randn(7, state_dim)
-    actions, logprobs = model.act(obs)
+    actions, logprobs = model.act(obs, all_alive(obs))
     assert actions.shape == logprobs.shape == (7, n_agents) and actions.dtype == torch.long
-    logprob, entropy = model.evaluate_actions(obs, actions)
+    logprob, entropy = model.evaluate_actions(obs, actions, all_alive(obs))
     assert logprob.shape == entropy.shape == model.get_value(obs, state).shape == (7, n_agents)
 
 
@@ -248,6 +252,12 @@ def test_linear_lr_decay_takes_each_rate_down_from_its_own_start(tmp_path, monke
     (run_dir,) = (tmp_path / "runs").iterdir()
     groups = torch.load(run_dir / "checkpoint.pt", weights_only=True)["optimizer"]["param_groups"]
     assert [group["lr"] for group in groups] == [1e-3 * 0.5, 3e-3 * 0.5]
+
+
+@pytest.mark.parametrize("env", ["dying_discrete", "multiwalker", "kaz"])
+def test_generic_env_end_to_end(tmp_path, run_script, env):
+    result = run_script(tmp_path, *GENERIC_ENVS[env], *TINY)
+    assert "step       200/200" in result.stdout
 
 
 def test_one_agent_trains(tmp_path, run_script):

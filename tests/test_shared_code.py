@@ -21,10 +21,10 @@ VARIANTS = {
     "Args": ALL,  # each script's own flags and defaults
     "check_args": ALL,  # each algorithm's own impossible settings
     "ppo_update": ALL,  # how each algorithm scores a minibatch
-    "main": {"mappo_mpe_rnn", "mat_mpe"},  # GRU hidden states while acting; no state stored for MAT's critic
+    "main": {"mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"},  # GRU hidden states; MAT acts on the alive mask
     "RolloutBuffer": {"mappo_mpe_rnn", "mat_mpe"},  # GRU hidden states and episode starts; MAT stores no state
     "Agent": {"mappo_mpe_rnn"},  # GRU actors and critic
-    "evaluate": {"mappo_mpe_rnn"},  # acting carries the GRU's hidden state
+    "evaluate": {"mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"},  # GRU hidden states; MAT masks the dead
     "training_state": {"mappo_mpe_rnn"},  # keeps the GRUs' hidden states for the next rollout
     "resume_training": {"mappo_mpe_rnn"},  # and puts them back
     "MultiAgentTransformer": {"mat_mpe_ep_critic"},  # the critic on the state replaces the encoder's value head
