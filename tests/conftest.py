@@ -106,9 +106,9 @@ def save_then_test_mode(run_script, cwd, *train_flags) -> tuple[str, subprocess.
 KAZ = "pettingzoo.butterfly.knights_archers_zombies_v11"
 GENERIC_ENVS = {
     "dying_discrete": ["--env-id", "tests.dying_env"],
-    "dying_continuous": ["--env-id", "tests.dying_env", "--env-kwargs", '{"continuous": true}'],
-    "multiwalker": ["--env-id", "pettingzoo.sisl.multiwalker_v9", "--env-kwargs", '{"max_cycles": 30}', "--async-envs"],
-    "kaz": ["--env-id", KAZ, "--env-kwargs", '{"max_cycles": 30}'],
+    "dying_continuous": ["--env-id", "tests.dying_env", "--env-kwargs", "continuous", "True"],
+    "multiwalker": ["--env-id", "pettingzoo.sisl.multiwalker_v9", "--env-kwargs", "max_cycles", "30", "--async-envs"],
+    "kaz": ["--env-id", KAZ, "--env-kwargs", "max_cycles", "30"],
 }
 
 

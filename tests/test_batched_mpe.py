@@ -228,3 +228,23 @@ def test_a_non_finite_continuous_action_is_a_one_line_error():
     actions[1, 2, 3] = float("nan")
     with pytest.raises(SystemExit, match=r"^error: the policy gave a continuous action that is NaN or infinite"):
         batched.step(actions)
+
+
+def test_an_agent_that_cannot_move_keeps_its_place_and_velocity_as_in_mpe2():
+    """The speaker never moves: given a velocity (resets never give it one), mpe2's integrate_state skips it, and so
+    does the batched env, while the listener moves as usual."""
+    kwargs = scenario("simple_speaker_listener_v4")
+    batched = m.BatchedMPE("simple_speaker_listener_v4", kwargs, 1, seed=0, device=CPU)
+    env = m.make_env("simple_speaker_listener_v4", kwargs)
+    env.reset(seed=0)
+    for agent in env.unwrapped.world.agents:
+        agent.state.p_vel = np.array([0.3, -0.2])
+    load_world(batched, 0, env)
+    speaker_pos = batched.pos[0, 0].clone()
+    mpe2_step(env, np.array([1, 2]), batched.spec)
+    batched.step(torch.tensor([[1, 2]]))
+    world = env.unwrapped.world
+    torch.testing.assert_close(batched.pos[0, 0], speaker_pos, atol=0, rtol=0)
+    torch.testing.assert_close(batched.vel[0, 0], torch.tensor([0.3, -0.2]))
+    np.testing.assert_allclose(batched.pos[0, :2].numpy(), [a.state.p_pos for a in world.agents], atol=1e-6)
+    np.testing.assert_allclose(batched.vel[0].numpy(), [a.state.p_vel for a in world.agents], atol=1e-6)
