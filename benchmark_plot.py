@@ -11,6 +11,7 @@ steps and once against wall-clock time, and writes a Markdown table of the final
 import dataclasses
 import json
 import os
+import re
 from collections import defaultdict
 
 import numpy as np
@@ -179,9 +180,16 @@ def plot_curves(grid: dict[str, dict[str, list[Run]]], env_info: dict, policies:
 
 
 def team_size_runs(grid: dict[str, dict[str, list[Run]]]) -> dict[str, dict[int, list[Run]]]:
-    """{script: {N: runs}} of the spread experiments named SCRIPT_nN, N ascending."""
+    """{script: {N: runs}} of the spread experiments named SCRIPT_nN, N ascending; another name is one error line."""
+    experiments = grid.get("simple_spread_v3", {})
+    misnamed = [name for name in experiments if not re.fullmatch(r".+_n[0-9]+", name)]
+    if misnamed:
+        raise SystemExit(
+            f"error: --scaling reads spread experiments named SCRIPT_nN (as benchmark.sh ALGO scaling "
+            f"names them), not {misnamed[0]}"
+        )
     runs = defaultdict(dict)
-    for exp_name, seeds in sorted(grid.get("simple_spread_v3", {}).items(), key=lambda e: int(e[0].rsplit("_n", 1)[1])):
+    for exp_name, seeds in sorted(experiments.items(), key=lambda e: int(e[0].rsplit("_n", 1)[1])):
         script, n = exp_name.rsplit("_n", 1)
         runs[script][int(n)] = seeds
     return runs

@@ -169,6 +169,9 @@ def test_scaling_table_and_figure_from_runs_at_several_team_sizes(tmp_path, caps
         )
     )
     table = (out / "scaling.md").read_text()
+    write_run(tmp_path / "runs", "simple_spread_v3", "mappo_mpe", 1, np.full(30, -40.0), 3, 1000.0, 0.5)
+    with pytest.raises(SystemExit, match="named SCRIPT_nN .*, not mappo_mpe$"):
+        bp.team_size_runs(bp.read_grid(tmp_path / "runs"))
     assert table == capsys.readouterr().out and (out / "returns_vs_agents.png").read_bytes()[:4] == b"\x89PNG"
     assert table.splitlines()[2] == "| a | 3 | 2 | 24,000 | -3.00 | -1.00 | -27.00 | -16.00 | -7.00 | 120% / 130% |"
     assert table.splitlines()[3] == "| a | 10 | 1 | 24,000 | -40.00 | -39.00 | -55.00 | -33.00 | -20.00 | 43% / 46% |"
