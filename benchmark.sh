@@ -2,7 +2,7 @@
 # Learning curves and speed of the scripts, as reported in the README. Slow: run it by hand, not in CI.
 #   bash benchmark.sh ALGO speed      # SPS with 32 rollout threads next to the raw env step rate (~3 min)
 #   bash benchmark.sh ALGO spread     # simple_spread_v3 to 2M env steps with the defaults
-#   bash benchmark.sh ALGO partial    # the same, each agent observing only its nearest agent and landmark
+#   bash benchmark.sh ALGO partial    # the same on mpe2 itself, each agent observing its nearest agent and landmark
 #   bash benchmark.sh ALGO listener   # simple_speaker_listener_v4, 2M steps, 15 epochs (MAPPO: separate actors)
 #   bash benchmark.sh ALGO reference  # simple_reference_v3, 3M steps, 15 epochs
 #   bash benchmark.sh ALGO spread-continuous    # spread as above with --continuous-actions
@@ -525,7 +525,7 @@ case "${2:-}" in
     ;;
   versus) [ -n "${3:-}" ] || usage; versus "$3" 2>&1 | tee "${algo}_versus_$3.log" ;;
   spread) train spread ;;
-  partial) train partial --num-agent-neighbors 1 --num-landmark-neighbors 1 ;;
+  partial) train partial --env-id mpe2.simple_spread_v3 --env-kwargs num_agent_neighbors 1 num_landmark_neighbors 1 ;;
   listener) train listener "${listener_flags[@]}" ;;
   spread-continuous) train spread_continuous --continuous-actions ;;
   listener-continuous) train listener_continuous "${listener_flags[@]}" --continuous-actions ;;

@@ -10,7 +10,7 @@ scenarios batched in torch for training, mpe2 itself for evaluation), checkpoint
 
     python mappo_mpe_rnn.py                               # simple_spread_v3, 3 agents
     python mappo_mpe_rnn.py --preset tuned                # spread with the settings tuned on mpe2
-    python mappo_mpe_rnn.py --num-agent-neighbors 1 --num-landmark-neighbors 1   # partial observability
+    python mappo_mpe_rnn.py --env-id mpe2.simple_spread_v3 --env-kwargs num_agent_neighbors 1   # on mpe2 itself
     python mappo_mpe_rnn.py --eval-checkpoint runs/<run_name>/model.pt --capture-video
 """
 
@@ -72,10 +72,6 @@ class Args:
     """envs given by import path: if toggled, each env steps in its own worker process (gymnasium's AsyncVectorEnv)"""
     n_agents: int = 3
     """number of agents (and landmarks) in simple_spread_v3; the other scenarios have a fixed team"""
-    num_agent_neighbors: int | None = None
-    """simple_spread_v3 only: each agent observes only its nearest K other agents (default: all)"""
-    num_landmark_neighbors: int | None = None
-    """simple_spread_v3 only: each agent observes only its nearest K landmarks (default: all)"""
     sort_entities: bool = False
     """simple_spread_v3 only: the networks get each agent's landmarks and other agents nearest first (sort_entities)"""
     max_cycles: int = 25
@@ -387,16 +383,19 @@ class Agent(nn.Module):
 
 
 class ValueNorm(nn.Module):
-    """Running mean/variance of the returns with debiased exponential averages (official MAPPO)."""
+    """Running mean/variance of the returns with debiased exponential averages (official MAPPO). Not `enabled`
+    (--no-use-valuenorm), it holds mean 0 and variance 1: the critic then learns the returns themselves."""
 
-    def __init__(self, beta: float = 0.99999, epsilon: float = 1e-5, min_var: float = 1e-2):
+    def __init__(self, enabled: bool = True, beta: float = 0.99999, epsilon: float = 1e-5, min_var: float = 1e-2):
         super().__init__()
-        self.beta, self.epsilon, self.min_var = beta, epsilon, min_var
+        self.enabled, self.beta, self.epsilon, self.min_var = enabled, beta, epsilon, min_var
         self.register_buffer("running_mean", torch.zeros(()))
         self.register_buffer("running_mean_sq", torch.zeros(()))
         self.register_buffer("debiasing_term", torch.zeros(()))
 
     def mean_var(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.enabled:
+            return torch.zeros(()), torch.ones(())
         debias = self.debiasing_term.clamp(min=self.epsilon)
         mean = self.running_mean / debias
         var = (self.running_mean_sq / debias - mean**2).clamp(min=self.min_var)
@@ -404,6 +403,8 @@ class ValueNorm(nn.Module):
 
     @torch.no_grad()
     def update(self, x: torch.Tensor):
+        if not self.enabled:
+            return
         self.running_mean.mul_(self.beta).add_(x.mean() * (1 - self.beta))
         self.running_mean_sq.mul_(self.beta).add_((x**2).mean() * (1 - self.beta))
         self.debiasing_term.mul_(self.beta).add_(1 - self.beta)
@@ -415,19 +416,6 @@ class ValueNorm(nn.Module):
     def denormalize(self, x: torch.Tensor) -> torch.Tensor:
         mean, var = self.mean_var()
         return x * var.sqrt() + mean
-
-
-class IdentityNorm(nn.Module):
-    """Stands in for ValueNorm with --no-use-valuenorm."""
-
-    def update(self, x: torch.Tensor):
-        pass
-
-    def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
-        return x
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -610,7 +598,7 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
 
 def build_agent(spec: EnvSpec, args: Args, device: torch.device):
     agent = Agent(spec, args).to(device)
-    value_norm = (ValueNorm() if args.use_valuenorm else IdentityNorm()).to(device)
+    value_norm = ValueNorm(args.use_valuenorm).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5, fused=True)  # one kernel for all parameters
     return agent, value_norm, optimizer
 
@@ -628,6 +616,7 @@ def main(args: Args) -> dict:
     if args.eval_checkpoint is not None:
         run_evaluation_only(args, device)
         return {}
+    check_memory(get_env_spec(args.env_id, scenario_kwargs(args)), args, device)
 
     run_dir = f"runs/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     checkpoint, resumed_step = None, None
@@ -769,10 +758,7 @@ def scenario_kwargs(args: Args) -> dict:
     if args.env_id not in MPE_SCENARIOS:
         return args.env_kwargs | continuous
     kwargs = dict(max_cycles=args.max_cycles, continuous_actions=args.continuous_actions)
-    if args.env_id == "simple_spread_v3":
-        kwargs.update(N=args.n_agents, num_agent_neighbors=args.num_agent_neighbors)
-        kwargs.update(num_landmark_neighbors=args.num_landmark_neighbors)
-    return kwargs
+    return kwargs | ({"N": args.n_agents} if args.env_id == "simple_spread_v3" else {})
 
 
 def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
@@ -815,21 +801,18 @@ def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
     state_space = getattr(env, "state_space", None)
     has_state = vector(state_space, 2)
     state_dim, entities = int(np.prod(state_space.shape)) if has_state else len(agents) * obs_dim, ()
-    if env_id == "simple_spread_v3":  # [vel, pos, landmarks, other agents, their messages], 2 numbers each
-        n_landmarks = scenario["num_landmark_neighbors"] or len(agents)
-        n_others = scenario["num_agent_neighbors"] or len(agents) - 1
-        others = 4 + 2 * n_landmarks
-        entities = ((n_landmarks, (4,)), (n_others, (others, others + 2 * n_others)))
+    if env_id == "simple_spread_v3":  # [vel, pos, N landmarks, N - 1 other agents, their messages], 2 numbers each
+        n, others = len(agents), 4 + 2 * len(agents)
+        entities = ((n, (4,)), (n - 1, (others, others + 2 * (n - 1))))
     return EnvSpec(agents, obs_dim, max(action_dims), state_dim, avail, continuous, has_state, entities)
 
 
 class StepResult(NamedTuple):
-    """The env interface, one for all envs (`BatchedMPE`, `PettingZooVecEnv`): `spec` (EnvSpec); `reset()`;
-    `observe()` -> (obs, state, alive), the input of the next step; `step(actions)` -> StepResult, with actions
-    (n_envs, n_agents) or action vectors (n_envs, n_agents, action_dim) in the unit box; `state_dict()` and
-    `load_state_dict()` for checkpoints. An env whose episode ends begins the next one within the same `step`.
-    An agent who leaves an episode early (dies) is terminated at that step and stays so, with zero observations and
-    rewards, not `alive`, until the episode ends; its actions are ignored."""
+    """The env interface of `BatchedMPE` and `PettingZooVecEnv`: `spec`; `reset()`; `observe()` -> (obs, state,
+    alive), the next step's input; `step(actions)` -> StepResult, actions (n_envs, n_agents) or vectors (n_envs,
+    n_agents, action_dim) in the unit box; `state_dict()`, `load_state_dict()`. An env whose episode ends begins the
+    next in the same `step`. An agent who leaves an episode early (dies) is terminated then and stays so, with zero
+    observations and rewards and not `alive`, until the episode ends; its actions are ignored."""
 
     obs: torch.Tensor  # (n_envs, n_agents, obs_dim), already reset where an episode ended
     state: torch.Tensor  # (n_envs, state_dim)
@@ -873,10 +856,9 @@ class BatchedMPE:
         self.max_cycles, self.continuous = scenario["max_cycles"], scenario["continuous_actions"]
         self.n_agents = n_agents = len(self.spec.agents)
         # mpe2's make_world: who moves, who speaks and in messages of what size, the landmarks and their colours
-        self.neighbors = (None, None)  # the nearest other agents and landmarks observed (spread only; None: all)
         if env_id == "simple_spread_v3":
             self.n_landmarks, self.dim_c, movable, speaks = n_agents, 2, [True] * n_agents, [False] * n_agents
-            self.neighbors, colours = (scenario["num_agent_neighbors"], scenario["num_landmark_neighbors"]), []
+            colours = []
         elif env_id == "simple_speaker_listener_v4":  # the speaker only speaks, the listener only moves
             self.n_landmarks, self.dim_c, movable, speaks = 3, 3, [False, True], [True, False]
             colours = [[0.65, 0.15, 0.15], [0.15, 0.65, 0.15], [0.15, 0.15, 0.65]]
@@ -948,7 +930,7 @@ class BatchedMPE:
         self.steps = self.steps + 1  # new tensors, not in-place updates: an earlier state_dict() stays as it was
         relative, dist = self.relative_positions()
         rewards = self.rewards(relative, dist)
-        final_obs, final_state = self.observations(relative, dist)
+        final_obs, final_state = self.observations(relative)
         truncated = (self.steps >= self.max_cycles)[:, None].expand(-1, self.n_agents)
         obs, state = final_obs, final_state
         if truncated.any():
@@ -983,11 +965,10 @@ class BatchedMPE:
     def observe(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return *self.observations(), self.alive
 
-    def observations(self, relative=None, dist=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def observations(self, relative: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Observations (n_envs, n_agents, obs_dim), zero-padded, in the order of each scenario's `observation`, and
         the state (n_envs, state_dim): the agents' observations joined, as mpe2's `state()`."""
-        if relative is None:
-            relative, dist = self.relative_positions()
+        relative = self.relative_positions()[0] if relative is None else relative
         N = self.n_agents
         landmarks = relative[:, :, N:]  # (n_envs, n_agents, n_landmarks, 2)
         messages = self.comm[:, self.others]  # (n_envs, n_agents, n_agents - 1, dim_c): the other agents'
@@ -998,16 +979,8 @@ class BatchedMPE:
             return obs, torch.cat([speaker, listener], dim=-1)
         if self.env_id == "simple_reference_v3":  # goal colour: the landmark the other agent should reach
             parts = [self.vel, landmarks.flatten(2), self.colours[self.goal], messages.flatten(2)]
-        else:  # spread: with --num-*-neighbors only the nearest K landmarks and other agents (and their messages)
+        else:  # spread
             others = relative[:, self.agent_rows[:, None], self.others]  # (n_envs, n_agents, n_agents - 1, 2)
-            agent_neighbors, landmark_neighbors = self.neighbors
-            if landmark_neighbors is not None:  # mpe2's nearest_entities: sorted by distance, nearest first
-                index = dist[:, :, N:].argsort(dim=-1, stable=True)[..., :landmark_neighbors, None]
-                landmarks = landmarks.take_along_dim(index, dim=2)
-            if agent_neighbors is not None:
-                other_dist = dist[:, self.agent_rows[:, None], self.others]  # (n_envs, n_agents, n_agents - 1)
-                index = other_dist.argsort(dim=-1, stable=True)[..., :agent_neighbors, None]
-                others, messages = others.take_along_dim(index, dim=2), messages.take_along_dim(index, dim=2)
             parts = [self.vel, self.pos[:, :N], landmarks.flatten(2), others.flatten(2), messages.flatten(2)]
         obs = torch.cat(parts, dim=-1)
         return obs, obs.flatten(1)
@@ -1040,19 +1013,18 @@ class PettingZooEnv(gymnasium.Env):
     observation (n_agents, obs_dim) holds each agent's, flattened and zero-padded (zeros once it has left the
     episode); the info holds the rest of a `StepResult`. It begins the next episode itself and reports no end, so
     gymnasium's autoreset, whose mode differs between its versions, never acts. A rendering env keeps the frames
-    of the first episode after `reset`."""
+    of the episode that a seeded `reset` (the vector env's) begins."""
 
     def __init__(self, env_id: str, scenario: dict, spec: EnvSpec, render_mode: str | None = None):
         self.env, self.env_spec, self.render_mode = make_env(env_id, scenario, render_mode), spec, render_mode
-        n_agents = len(spec.agents)
+        n_agents, self.frames, self.recording = len(spec.agents), [], False
         self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (n_agents, spec.obs_dim), np.float32)
         self.action_space = gymnasium.spaces.MultiDiscrete([spec.action_dim] * n_agents)
         if spec.continuous:  # the policy acts in the unit box, mapped to each agent's bounds by `env_action`
             self.action_space = gymnasium.spaces.Box(0.0, 1.0, (n_agents, spec.action_dim), np.float32)
 
     def env_action(self, agent: str, action: np.ndarray):
-        """The agent's action in its own space: a discrete one as it is, a vector's first dimensions clipped into the
-        unit box and scaled to the space's bounds."""
+        """The agent's action in its own space: a vector's own dimensions, clipped into [0, 1], scaled to its bounds."""
         if not self.env_spec.continuous:
             return int(action)
         space = self.env.action_space(agent)
@@ -1071,10 +1043,8 @@ class PettingZooEnv(gymnasium.Env):
         return np.asarray(self.env.state(), dtype=np.float32).ravel() if self.env_spec.has_state else obs.ravel()
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        self.frames, self.recording = [], self.render_mode is not None
-        return self.begin_episode(seed)
-
-    def begin_episode(self, seed: int | None):
+        if seed is not None:  # the vector env's reset: a rendering env records the episode it begins
+            self.frames, self.recording = [], self.render_mode is not None
         observations, _ = self.env.reset(seed=seed)
         self.alive = np.ones(len(self.env_spec.agents), dtype=bool)
         self.frames += [self.env.render()] if self.recording else []
@@ -1101,7 +1071,7 @@ class PettingZooEnv(gymnasium.Env):
         # one, has none once a walker fell); then the next episode begins.
         last_state = self.state(info["last_obs"]) if info["truncated"].any() else np.zeros(self.env_spec.state_dim)
         self.recording = False
-        obs, begin_info = self.begin_episode(None)
+        obs, begin_info = self.reset()
         return obs, 0.0, False, False, info | {"last_state": last_state.astype(np.float32)} | begin_info
 
 
@@ -1118,7 +1088,8 @@ class PettingZooVecEnv:
         self.n_envs, self.seed, self.device, self.steps = n_envs, seed, device, 0
 
     def reset(self, seed: int | None = None):
-        self.current = self.tensors(*self.envs.reset(seed=self.seed if seed is None else seed))
+        obs, info = self.envs.reset(seed=self.seed if seed is None else seed)
+        self.current = self.tensors(obs, info["state"], info["alive"])
 
     def observe(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.current
@@ -1126,14 +1097,12 @@ class PettingZooVecEnv:
     def step(self, actions: torch.Tensor) -> StepResult:
         obs, _, _, _, info = self.envs.step(actions.cpu().numpy())
         self.steps += 1
-        self.current = self.tensors(obs, info)
-        ended = [torch.as_tensor(info[k], device=self.device) for k in ("rewards", "terminated", "truncated")]
-        final = [torch.as_tensor(info[k], device=self.device) for k in ("last_obs", "last_state")]
-        return StepResult(*self.current[:2], *ended, *final, self.current[2])
+        self.current = self.tensors(obs, info["state"], info["alive"])
+        rest = self.tensors(*(info[k] for k in ("rewards", "terminated", "truncated", "last_obs", "last_state")))
+        return StepResult(*self.current[:2], *rest, self.current[2])
 
-    def tensors(self, obs: np.ndarray, info: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(obs, state, alive) on the device."""
-        return tuple(torch.as_tensor(x, device=self.device) for x in (obs, info["state"], info["alive"]))
+    def tensors(self, *arrays: np.ndarray) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.as_tensor(x, device=self.device) for x in arrays)
 
     def state_dict(self) -> dict:
         """Episodes under way cannot be saved: a resumed run begins new ones, seeded from the steps taken."""
@@ -1345,7 +1314,6 @@ def check_args(args: Args):
     """Rejects settings that cannot work, with one line, before the run starts: numeric flags out of range
     (`range_errors`), then combinations."""
     batch = args.episode_length * args.n_rollout_threads
-    neighbors = (args.num_agent_neighbors, args.num_landmark_neighbors)
     problems = [
         (
             args.resume is not None and args.eval_checkpoint is not None,
@@ -1356,20 +1324,12 @@ def check_args(args: Args):
             "--capture-video needs the package imageio-ffmpeg to write mp4 files (pip install imageio-ffmpeg)",
         ),
         (
-            args.env_id != "simple_spread_v3" and (neighbors != (None, None) or args.sort_entities),
-            f"--num-*-neighbors and --sort-entities apply to simple_spread_v3 only, not {args.env_id}",
+            args.env_id != "simple_spread_v3" and args.sort_entities,
+            f"--sort-entities applies to simple_spread_v3 only, not {args.env_id}",
         ),
         (
             args.env_id in MPE_SCENARIOS and (args.env_kwargs or args.async_envs),
             "--env-kwargs and --async-envs apply to envs given by import path; MPE scenarios are batched in torch",
-        ),
-        (
-            neighbors[0] is not None and not 1 <= neighbors[0] <= args.n_agents - 1,
-            f"--num-agent-neighbors must be between 1 and n_agents - 1 = {args.n_agents - 1}",
-        ),
-        (
-            neighbors[1] is not None and not 1 <= neighbors[1] <= args.n_agents,
-            f"--num-landmark-neighbors must be between 1 and the {args.n_agents} landmarks",
         ),
         (
             args.num_mini_batch < 1 or args.n_rollout_threads % args.num_mini_batch != 0,
@@ -1384,6 +1344,31 @@ def check_args(args: Args):
     messages = range_errors(args) or [message for failed, message in problems if failed]
     if messages:
         raise SystemExit(f"error: {messages[0]}")
+
+
+def memory_estimate(spec: EnvSpec, args: Args) -> int:
+    """Bytes a run holds at its peak: the rollout buffer, the critic's pass over it and the update's activations
+    grow with the agent-steps of a rollout, by floats per agent-step fitted to measured peaks (docs/speed.md)."""
+    n_agents = len(spec.agents)
+    inputs = spec.obs_dim + spec.state_dim / n_agents  # floats of observation and state stored per agent-step
+    per_agent_step = 4 * inputs + 5 * args.hidden_size + (14 * args.hidden_size + 250) / args.num_mini_batch
+    return int(4 * args.episode_length * args.n_rollout_threads * n_agents * per_agent_step)
+
+
+def check_memory(spec: EnvSpec, args: Args, device: torch.device):
+    """Refuses a run that would not fit in the free memory (the GPU's, or MemAvailable on Linux) before it starts,
+    where the kernel would kill it midway without a word."""
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    elif os.path.exists("/proc/meminfo"):
+        free = 1024 * int(next(line for line in open("/proc/meminfo") if line.startswith("MemAvailable")).split()[1])
+    else:
+        return
+    if (need := memory_estimate(spec, args)) > free:
+        raise SystemExit(
+            f"error: this run needs about {need / 2**30:.1f} GiB (rollout buffer and update), more than the "
+            f"{free / 2**30:.1f} GiB free on {device.type}; use fewer --n-rollout-threads or more --num-mini-batch"
+        )
 
 
 def select_device(want_cuda: bool) -> torch.device:

@@ -17,7 +17,7 @@ import mappo_mpe as m  # noqa: E402
 CPU = torch.device("cpu")
 
 # (env_id, continuous, extra Args): every scenario with both action types; spread also with 6 agents, alone (no
-# other agent to see or collide with) and partially observed (each agent sees its nearest K other agents and landmarks)
+# other agent to see or collide with)
 CASES = [
     ("simple_spread_v3", False, {}),
     ("simple_spread_v3", True, {}),
@@ -28,8 +28,6 @@ CASES = [
     ("simple_spread_v3", False, {"n_agents": 6}),
     ("simple_spread_v3", True, {"n_agents": 6}),
     ("simple_spread_v3", False, {"n_agents": 1}),
-    ("simple_spread_v3", False, {"num_agent_neighbors": 1, "num_landmark_neighbors": 1}),
-    ("simple_spread_v3", True, {"n_agents": 6, "num_agent_neighbors": 2, "num_landmark_neighbors": 4}),
 ]
 
 

@@ -284,7 +284,7 @@ def test_first_ppo_epoch_starts_on_policy():
     "overrides,message",
     [
         (dict(num_mini_batch=3), "--num-mini-batch 3 does not divide --n-rollout-threads 4"),
-        (dict(env_id="simple_reference_v3", num_landmark_neighbors=1), "apply to simple_spread_v3 only"),
+        (dict(env_id="simple_reference_v3", sort_entities=True), "applies to simple_spread_v3 only"),
     ],
 )
 def test_impossible_settings_are_rejected(overrides, message):
@@ -294,9 +294,9 @@ def test_impossible_settings_are_rejected(overrides, message):
 
 
 def test_partial_observability_gives_smaller_observations():
-    spec = env_spec(num_agent_neighbors=1, num_landmark_neighbors=1)
+    spec = m.get_env_spec("mpe2.simple_spread_v3", {"num_agent_neighbors": 1, "num_landmark_neighbors": 1})
     assert (spec.obs_dim, spec.state_dim) == (10, 30)
-    agent = m.Agent(spec, m.Args(num_agent_neighbors=1, num_landmark_neighbors=1))
+    agent = m.Agent(spec, m.Args(env_id="mpe2.simple_spread_v3"))
     actions, _, _ = agent.act(torch.randn(2, 3, 10), agent.initial_hidden(2)[0], torch.ones(2, dtype=torch.bool))
     assert actions.shape == (2, 3)
 
@@ -332,7 +332,8 @@ def test_one_agent_trains(tmp_path, run_script):
 
 
 def test_save_model_then_test_mode_with_video(tmp_path, run_script):
-    save_then_test_mode(run_script, tmp_path, "--num-agent-neighbors", "1", "--num-landmark-neighbors", "2")
+    partial = ["--env-kwargs", "num_agent_neighbors", "1", "num_landmark_neighbors", "2"]
+    save_then_test_mode(run_script, tmp_path, "--env-id", "mpe2.simple_spread_v3", *partial)
 
 
 def test_continuous_actions_save_model_then_test_mode_with_video(tmp_path, run_script):
@@ -358,6 +359,6 @@ def test_bad_resumes_are_refused_in_one_line(tmp_path, run_script):
 def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
     for flags, message in [
         (["--num-mini-batch", "3", *TINY], "does not divide --n-rollout-threads 4"),
-        (["--env-id", "simple_reference_v3", "--num-agent-neighbors", "1", *TINY], "simple_spread_v3 only"),
+        (["--env-id", "simple_reference_v3", "--sort-entities", *TINY], "simple_spread_v3 only"),
     ]:
         assert_one_line_error(run_script(tmp_path, *flags, check=False), message)

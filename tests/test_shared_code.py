@@ -20,6 +20,7 @@ ALL = frozenset(SCRIPTS)
 VARIANTS = {
     "Args": ALL,  # each script's own flags and defaults
     "check_args": ALL,  # each algorithm's own impossible settings
+    "memory_estimate": ALL,  # each network's own activations per agent-step
     "ppo_update": ALL,  # how each algorithm scores a minibatch
     "main": {"mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"},  # GRU hidden states; MAT acts on the alive mask
     "RolloutBuffer": {"mappo_mpe_rnn", "mat_mpe"},  # GRU hidden states and episode starts; MAT stores no state

@@ -1,0 +1,81 @@
+"""The memory estimate against what a run really takes, and the refusal of a run that cannot fit."""
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+SCRIPTS = ["mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"]
+
+# In a fresh process: for each thread count, the growth of the peak resident memory over one iteration of main(),
+# from the resident memory before it (Linux: writing 5 to clear_refs resets the peak), and the script's estimate.
+MEASURE = """
+import json, sys
+sys.path.insert(0, {root!r})
+module = __import__({script!r})
+def status(key):
+    return 1024 * next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(key))
+rows = []
+for n_envs in {thread_counts}:
+    args = module.parse_args(["--n-rollout-threads", str(n_envs), "--total-timesteps", str(25 * n_envs),
+                              "--ppo-epoch", "1", "--n-eval-episodes", "1"])
+    spec = module.get_env_spec(args.env_id, module.scenario_kwargs(args))
+    before = status("VmRSS")
+    open("/proc/self/clear_refs", "w").write("5")
+    module.main(args)
+    rows.append((status("VmHWM") - before, module.memory_estimate(spec, args)))
+print(json.dumps(rows))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="measures peak memory the Linux way")
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_memory_estimate_is_within_a_factor_of_1_5_of_the_measured_peak(script, tmp_path):
+    """What 1,500 more envs add to the peak (a tiny run's growth taken off: the fixed costs of evaluation and
+    logging are not in the estimate) is within a factor of 1.5 of what they add to the estimate."""
+    code = MEASURE.format(root=ROOT, script=script, thread_counts=[10, 1510])
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    (tiny_peak, tiny_estimate), (peak, estimate) = json.loads(result.stdout.splitlines()[-1])
+    measured, estimated = peak - tiny_peak, estimate - tiny_estimate
+    assert estimated > 100 * 2**20  # the envs' share dominates
+    assert 1 / 1.5 < measured / estimated < 1.5, (measured / 2**20, estimated / 2**20)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_run_too_big_for_memory_is_one_error_line(script):
+    """The estimate grows with the threads, and one over the free memory stops the run with the flags to change."""
+    module = importlib.import_module(script)
+    args = module.Args(n_rollout_threads=10_000_000, total_timesteps=250_000_000)
+    spec = module.get_env_spec(args.env_id, module.scenario_kwargs(args))
+    small = module.memory_estimate(spec, module.Args(n_rollout_threads=1000))
+    assert module.memory_estimate(spec, args) == pytest.approx(10_000 * small, rel=1e-6)
+    with pytest.raises(SystemExit, match=r"^error: this run needs about \d+\.\d GiB .* free on cpu; use fewer ") as e:
+        module.check_memory(spec, args, torch.device("cpu"))
+    assert "\n" not in str(e.value) and "--num-mini-batch" in str(e.value)
+    module.check_memory(spec, module.Args(), torch.device("cpu"))  # the default run fits
+
+
+def test_the_refusal_comes_before_the_run_starts(tmp_path):
+    """From the command line: exit 1 with that line only, and no run directory made."""
+    flags = ["--n-rollout-threads", "10000000", "--total-timesteps", "250000000"]
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "mappo_mpe.py"), *flags],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().startswith("error: this run needs about") and result.stdout == ""
+    assert "\n" not in result.stderr.strip() and not os.path.exists(tmp_path / "runs")
