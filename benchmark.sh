@@ -18,16 +18,20 @@
 #                                     # side; then the final return against N of every script run so (bench/scaling)
 #   bash benchmark.sh grid [OPTIONS]  # scripts x scenarios x seeds with --preset tuned, then plots and a table
 #   bash benchmark.sh --print-commands [OPTIONS]  # the grid's training commands, one per line, nothing else
+#   bash benchmark.sh absolute RUN_DIR...  # the absolute metric of these finished runs (the grid measures its own)
 # Grid OPTIONS: --budget full|quick (full: the official budgets, spread 20M, speaker-listener 2M, reference 3M env
-# steps; quick: spread 2M, speaker-listener 500k, reference 800k, sized so that 4 scripts x 3 scenarios x 3 seeds
-# take at most 150 minutes on a 2-core CPU), --seeds N (3),
-# --jobs N (runs side by side, 2), --scripts "mappo rnn mat mat_ep", --scenarios "spread listener reference".
+# steps; quick: spread 2M, speaker-listener 500k, reference 800k, about 3.5 hours on a 2-core CPU), --seeds N (5 on
+# spread, 3 elsewhere), --jobs N (runs side by side, 2), --scripts "mappo rnn mat mat_ep", --scenarios "spread
+# listener reference". Every run keeps its best model and ends with its absolute metric: that model re-evaluated on
+# 320 mpe2 episodes. The grid writes the figures, results.md (IQM, mean and optimality gap with 95% bootstrap
+# confidence intervals, by rliable) and marl_eval.json (marl-eval's layout) into bench/grid_BUDGET.
 # The same grid command again, after Ctrl-C, skips the finished runs and resumes the stopped ones from their checkpoints.
 # SEED (1) and PRESET (official; or tuned) choose the seed and the --preset of the learning runs of the other modes.
 # ALGO is mappo (mappo_mpe.py), rnn (mappo_mpe_rnn.py), mat (mat_mpe.py) or mat_ep (mat_mpe_ep_critic.py). Runs go to bench/runs (TensorBoard) and
 # bench/ALGO_*.log; every run ends with a table of its returns.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+caller="$PWD"  # where run folders given to `absolute` are found
 mkdir -p "$here/bench"
 cd "$here/bench"
 export SDL_VIDEODRIVER=dummy
@@ -43,33 +47,29 @@ script_of() {  # the script file of ALGO $1, or nothing
 }
 
 usage() {
-  echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume|sweep|scaling|versus REV, bash benchmark.sh mat acting|critic, bash benchmark.sh grid|--print-commands [OPTIONS]"
+  echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume|sweep|scaling|versus REV, bash benchmark.sh mat acting|critic, bash benchmark.sh grid|--print-commands [OPTIONS], bash benchmark.sh absolute RUN_DIR..."
   exit 2
 }
 
 algo="${1:-}"
 script="../$(script_of "$algo")"
-if [ "$script" = ../ ] && [ "$algo" != grid ] && [ "$algo" != --print-commands ]; then
+if [ "$script" = ../ ] && [ "$algo" != grid ] && [ "$algo" != --print-commands ] && [ "$algo" != absolute ]; then
   usage
 fi
 
-raw_env_rate() {  # "RATE RETURN": single-process random-action env steps per second of mpe2's parallel_env for
-  # scenario $1, with actions from action_space.sample(), and the random actions' mean episode return per agent
+raw_env_rate() {  # single-process random-action env steps per second of mpe2's parallel_env for scenario $1, with
+  # actions from action_space.sample()
   python - "$1" <<'PY'
 import importlib, sys, time
-import numpy as np
 env = importlib.import_module(f"mpe2.{sys.argv[1]}").parallel_env(max_cycles=25)
 env.reset(seed=0)
-steps, start, episode_return, ended_returns = 0, time.perf_counter(), 0.0, []
+steps, start = 0, time.perf_counter()
 while time.perf_counter() - start < 10.0:
-    _, rewards, *_ = env.step({a: env.action_space(a).sample() for a in env.agents})
-    episode_return += np.mean(list(rewards.values()))
+    env.step({a: env.action_space(a).sample() for a in env.agents})
     if not env.agents:
-        ended_returns.append(episode_return)
-        episode_return = 0.0
         env.reset()
     steps += 1
-print(f"{steps / (time.perf_counter() - start):.0f} {np.mean(ended_returns):.2f}")
+print(f"{steps / (time.perf_counter() - start):.0f}")
 PY
 }
 
@@ -410,7 +410,7 @@ grid_budget() {  # env steps per run of grid scenario $1 under budget $2
 }
 
 grid_options() {  # reads the grid OPTIONS into budget, seeds, jobs, scripts and scenarios; one error line on bad input
-  budget=full seeds=3 jobs=2 scripts="mappo rnn mat mat_ep" scenarios="spread listener reference"
+  budget=full seeds="" jobs=2 scripts="mappo rnn mat mat_ep" scenarios="spread listener reference"
   while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || { echo "error: $1 needs a value"; exit 1; }
     case "$1" in
@@ -424,7 +424,7 @@ grid_options() {  # reads the grid OPTIONS into budget, seeds, jobs, scripts and
     shift 2
   done
   [ "$budget" = full ] || [ "$budget" = quick ] || { echo "error: --budget must be full or quick, not $budget"; exit 1; }
-  [[ "$seeds" =~ ^[1-9][0-9]*$ ]] || { echo "error: --seeds must be a positive integer, not $seeds"; exit 1; }
+  [ -z "$seeds" ] || [[ "$seeds" =~ ^[1-9][0-9]*$ ]] || { echo "error: --seeds must be a positive integer, not $seeds"; exit 1; }
   [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "error: --jobs must be a positive integer, not $jobs"; exit 1; }
   local name
   for name in $scripts; do
@@ -440,44 +440,68 @@ grid_runs() {  # "SCENARIO ALGO SEED" per run of the grid, scenario by scenario,
   local scenario name s
   for scenario in $scenarios; do
     for name in $scripts; do
-      for s in $(seq "$seeds"); do
+      for s in $(seq "${seeds:-$([ "$scenario" = spread ] && echo 5 || echo 3)}"); do
         echo "$scenario $name $s"
       done
     done
   done
 }
 
-grid_command() {  # the training command of grid run $1 (scenario) $2 (ALGO) $3 (seed)
-  printf 'python %q --env-id %s --preset tuned --seed %s --total-timesteps %s\n' "$here/$(script_of "$2")" \
+grid_command() {  # the training command of grid run $1 (scenario) $2 (ALGO) $3 (seed); it keeps the best model
+  printf 'python %q --env-id %s --preset tuned --seed %s --total-timesteps %s --save-model\n' "$here/$(script_of "$2")" \
     "$(env_id_of "$1")" "$3" "$(grid_budget "$1" "$budget")"
 }
 
-env_info() {  # JSON: each grid scenario's single-process random-action env step rate and random return per agent
-  local scenario rate random_return separator="{"
+env_info() {  # JSON: each grid scenario's single-process random-action env step rate
+  local scenario separator="{"
   for scenario in $scenarios; do
-    read -r rate random_return <<< "$(raw_env_rate "$(env_id_of "$scenario")")"
-    printf '%s"%s": {"steps_per_s": %s, "random_return": %s}' "$separator" "$(env_id_of "$scenario")" "$rate" \
-      "$random_return"
+    printf '%s"%s": {"steps_per_s": %s}' "$separator" "$(env_id_of "$scenario")" "$(raw_env_rate "$(env_id_of "$scenario")")"
     separator=", "
   done
   echo "}"
 }
 
-grid() {  # runs the grid in bench/grid_BUDGET, jobs at a time, skipping finished runs and resuming stopped ones
-  # from their checkpoint (on Ctrl-C each run saves one); then plots and a table
+absolute_metric() {  # the best model of run folder $1 (ENV__SCRIPT__SEED__TIME, with --save-model) re-evaluated
+  # greedily on 320 mpe2 episodes, seeded apart from the 32 that chose it (the absolute metric of Gorsane et al.
+  # 2022), into $1/absolute_metric.json
+  python - "$here" "$1" <<'PY'
+import json, os, sys
+import torch
+sys.path.insert(0, sys.argv[1])
+run = sys.argv[2].rstrip("/")
+_, script_name, seed, _ = os.path.basename(run).split("__")
+script, seed = __import__(script_name), int(seed) + 1000
+args = script.parse_args(["--eval-checkpoint", f"{run}/best_model.pt", "--n-eval-episodes", "320", "--seed", str(seed)])
+returns = script.run_evaluation_only(args, torch.device("cpu"))  # (320, n_agents)
+with open(f"{run}/absolute_metric.json", "w") as f:
+    json.dump({"checkpoint": "best_model.pt", "seed": seed, "returns": returns.mean(axis=1).tolist()}, f)
+PY
+}
+
+grid_run() {  # grid run $1 (scenario) $2 (ALGO) $3 (seed), run folder $4 less its time: trains it, or resumes a
+  # stopped try from its checkpoint (on Ctrl-C each run saves one), then measures its absolute metric
+  local checkpoint
+  if ! grep -q "^run in " "logs/$4.log" 2>/dev/null; then
+    checkpoint="$(compgen -G "runs/${4}__*/checkpoint.pt" || true)"
+    [ -n "$checkpoint" ] || rm -rf runs/"${4}"__*  # the folder of an earlier try stopped before its first checkpoint
+    eval "$(grid_command "$1" "$2" "$3") ${checkpoint:+--resume $checkpoint}" || return
+  fi
+  absolute_metric "$(compgen -G "runs/${4}__*")"
+}
+
+grid() {  # runs the grid in bench/grid_BUDGET, jobs at a time, skipping the runs with an absolute metric; then plots,
+  # a table and marl_eval.json
   mkdir -p "grid_$budget/logs"
   cd "grid_$budget"
   env_info > env_info.json  # first, while the CPU is idle
   local cores; cores=$(nproc)
   export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( cores > jobs ? cores / jobs : 1 ))}"  # torch threads per run: the cores shared out
-  local start=$SECONDS scenario name s run checkpoint
+  local start=$SECONDS scenario name s run
   while read -r scenario name s; do
     run="$(env_id_of "$scenario")__$(basename "$(script_of "$name")" .py)__$s"  # the run folder's name, less its time
-    grep -q "^run in " "logs/$run.log" 2>/dev/null && continue
-    checkpoint="$(compgen -G "runs/${run}__*/checkpoint.pt" || true)"
-    [ -n "$checkpoint" ] || rm -rf runs/"${run}"__*  # the folder of an earlier try stopped before its first checkpoint
+    [ -n "$(compgen -G "runs/${run}__*/absolute_metric.json" || true)" ] && continue
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
-    eval "$(grid_command "$scenario" "$name" "$s") ${checkpoint:+--resume $checkpoint}" >> "logs/$run.log" 2>&1 &
+    grid_run "$scenario" "$name" "$s" "$run" >> "logs/$run.log" 2>&1 &
   done < <(grid_runs)
   wait
   echo "grid of $(grid_runs | wc -l) runs, $jobs side by side: $(( (SECONDS - start) / 60 )) minutes"
@@ -498,16 +522,23 @@ case "$algo" in
     grid_runs | while read -r scenario name s; do grid_command "$scenario" "$name" "$s"; done
     exit
     ;;
+  absolute)
+    for run in "${@:2}"; do
+      cd "$caller" && run="$(cd "$run" && pwd)" && cd "$here/bench"
+      [ -f "$run/absolute_metric.json" ] || absolute_metric "$run"
+    done
+    exit
+    ;;
 esac
 
 case "${2:-}" in
   speed)
     log="${algo}_speed.log"
     read -r steal0 total0 <<< "$(cpu_times)"
-    read -r before _ <<< "$(raw_env_rate simple_spread_v3)"
+    before=$(raw_env_rate simple_spread_v3)
     python "$script" --exp-name "${algo}_speed" --n-rollout-threads 32 --total-timesteps 300000 --eval-interval 1000000 \
       2>&1 | tee "$log"
-    read -r after _ <<< "$(raw_env_rate simple_spread_v3)"
+    after=$(raw_env_rate simple_spread_v3)
     read -r steal1 total1 <<< "$(cpu_times)"
     sps=$(grep -o 'SPS *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*')
     python -c "r = ($before + $after) / 2; print(f'raw env rate {r:.0f} steps/s (before {$before}, after {$after}); end-to-end SPS $sps; ratio {$sps / r:.2f}; CPU time stolen by the host {100 * ($steal1 - $steal0) / ($total1 - $total0):.0f}%')" \
@@ -517,7 +548,7 @@ case "${2:-}" in
     echo "| scenario | mpe2 parallel_env | batched, 32 envs | ratio | batched, 1,024 envs | ratio |"
     echo "|---|---|---|---|---|---|"
     for env_id in simple_spread_v3 simple_reference_v3 simple_speaker_listener_v4; do
-      read -r plain _ <<< "$(raw_env_rate $env_id)"
+      plain=$(raw_env_rate $env_id)
       small=$(batched_env_rate $env_id 32)
       large=$(batched_env_rate $env_id 1024)
       python -c "print(f'| $env_id | {$plain:,} | {$small:,} | {$small / $plain:.0f}x | {$large:,} | {$large / $plain:.0f}x |')"

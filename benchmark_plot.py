@@ -3,21 +3,30 @@
 Every run folder is named `{env_id}__{exp_name}__{seed}__{time}`, as the scripts name them; runs with the same
 scenario and experiment name are seeds of one setting. For each scenario this draws the mean return per agent
 over the seeds (a 10-log moving average, as the tables) with the range over the seeds shaded, once against env
-steps and once against wall-clock time, and writes a Markdown table of the final numbers.
+steps and once against wall-clock time, with the hand-written policies as lines. It writes a Markdown table of the
+final numbers in the evaluation protocol of Gorsane et al. 2022 (arXiv:2209.10485): the absolute metric (a run's
+best model re-evaluated greedily on 320 episodes, `absolute_metric.json` in its folder, as `benchmark.sh grid`
+writes it) and the training return as IQM, mean and optimality gap with 95% stratified bootstrap confidence
+intervals, and the probability that one script improves on another, all computed with `rliable` (Agarwal et al.
+2021); and the same runs as JSON in marl-eval's layout (github.com/instadeepai/marl-eval), for marl-eval or for a
+comparison with BenchMARL's output.
 
     python benchmark_plot.py bench/grid_quick/runs --env-info bench/grid_quick/env_info.json --out docs/benchmark
 """
 
 import dataclasses
+import itertools
 import json
 import os
 import re
+import warnings
 from collections import defaultdict
 
 import numpy as np
 import tyro
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
+from rliable import library, metrics
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 SCENARIO_NAMES = {
@@ -25,15 +34,16 @@ SCENARIO_NAMES = {
     "simple_speaker_listener_v4": "speaker-listener",
     "simple_reference_v3": "reference",
 }
-# Hand-written policies on mpe2 (reference_policies.py) drawn as lines, with their line styles; the grid's spread
-# runs have 3 agents
-REFERENCE_POLICY_STYLES = {"nearest landmark": (0, (3, 1, 1, 1)), "scripted": "--"}
-GRID_N_AGENTS = "3"
+# Hand-written policies on mpe2 (reference_policies.py) drawn as lines, with their line styles; the best of them in a
+# scenario is the target of its optimality gap
+REFERENCE_POLICY_STYLES = {"random": ":", "nearest landmark": (0, (3, 1, 1, 1)), "scripted": "--", "oracle": "--"}
+GRID_N_AGENTS = {"simple_spread_v3": "3", "simple_speaker_listener_v4": "2", "simple_reference_v3": "2"}
 # The best per-agent return of a peer implementation measured on the same mpe2 task, with its source: JaxMARL's
 # MAPPO-RNN (github.com/FLAIROx/JaxMARL, baselines/MAPPO/mappo_rnn_mpe.py with its repository's settings,
 # config/mappo_homogenous_rnn_mpe.yaml), 2M env steps, one seed, on the 2-core CPU of docs/benchmark.md.
 PEER_RETURNS = {"simple_spread_v3": (-13.6, "JaxMARL MAPPO-RNN, 2M steps")}
 SMOOTHING = 10  # logs averaged into one point of a curve and into the final return
+BOOTSTRAP_REPS = 2000  # resamples of each stratified bootstrap confidence interval
 
 
 @dataclasses.dataclass
@@ -41,8 +51,8 @@ class Args:
     runs: tyro.conf.Positional[str]
     """folder holding the run folders (the `runs` folder the scripts write)"""
     env_info: str | None = None
-    """JSON with each scenario's single-process random-action `steps_per_s` and `random_return` per agent (as
-    `bash benchmark.sh grid` writes it); without it the table has no SPS ratio and the plots no random line"""
+    """JSON with each scenario's single-process random-action `steps_per_s` (as `bash benchmark.sh grid` writes
+    it); without it the table has no SPS ratio"""
     reference_policies: str = os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "docs/benchmark/reference_policies.json"
     )
@@ -51,15 +61,17 @@ class Args:
     """the runs are spread at several team sizes, experiments named SCRIPT_nN (`bash benchmark.sh ALGO scaling`):
     draw the final return per agent against N, with the hand-written policies, and write scaling.md"""
     out: str = "benchmark"
-    """folder for returns_vs_steps.png, returns_vs_time.png and results.md"""
+    """folder for returns_vs_steps.png, returns_vs_time.png, results.md and marl_eval.json"""
 
 
 @dataclasses.dataclass
 class Run:
+    seed: int
     steps: np.ndarray  # (n_logs,) env steps at which charts/episodic_return was logged
     returns: np.ndarray  # (n_logs,) mean episode return per agent
-    team_returns: np.ndarray  # (n_logs,) mean episode return summed over the agents
+    eval_steps: np.ndarray  # (n_evals,) env steps of the greedy evaluations
     eval_returns: np.ndarray  # (n_evals,) greedy policy's mean episode return per agent, on mpe2
+    absolute: np.ndarray  # (n_episodes,) per-agent returns of the best model's re-evaluation; empty if not made
     minutes: np.ndarray  # (n_logs,) wall-clock minutes since the run started, the pauses before resumes left out
     sps: float  # env steps per second since the run (or its last resume) started, as the script logged it last
 
@@ -67,12 +79,18 @@ class Run:
 def read_run(path: str) -> Run:
     events = EventAccumulator(path, size_guidance={"scalars": 0})
     events.Reload()
-    returns = events.Scalars("charts/episodic_return")
+    returns, evals = events.Scalars("charts/episodic_return"), events.Scalars("eval/episodic_return")
+    absolute = []
+    if os.path.exists(os.path.join(path, "absolute_metric.json")):
+        with open(os.path.join(path, "absolute_metric.json")) as f:
+            absolute = json.load(f)["returns"]
     return Run(
+        seed=int(os.path.basename(path).split("__")[2]),
         steps=np.array([e.step for e in returns]),
         returns=np.array([e.value for e in returns]),
-        team_returns=np.array([e.value for e in events.Scalars("charts/team_return")]),
-        eval_returns=np.array([e.value for e in events.Scalars("eval/episodic_return")]),
+        eval_steps=np.array([e.step for e in evals]),
+        eval_returns=np.array([e.value for e in evals]),
+        absolute=np.array(absolute),
         minutes=training_seconds(path, np.array([e.wall_time for e in returns]), events.FirstEventTimestamp()) / 60,
         sps=events.Scalars("charts/SPS")[-1].value,
     )
@@ -116,49 +134,121 @@ def seed_curves(runs: list[Run], x: str) -> tuple[np.ndarray, np.ndarray]:
     return grid_x, np.stack([np.interp(grid_x, getattr(run, x), smooth(run.returns)) for run in runs])
 
 
-def final(values: list[float]) -> str:
-    """Mean ± sample standard deviation over the seeds (0 for one seed)."""
-    return f"{np.mean(values):.2f} ± {np.std(values, ddof=1 if len(values) > 1 else 0):.2f}"
+def reference_returns(env_id: str, policies: dict) -> dict[str, float]:
+    """{policy: return per agent} of the hand-written policies measured in the grid's setting of `env_id`."""
+    measured = policies.get(env_id, {}).get(GRID_N_AGENTS.get(env_id, ""), {})
+    return {name: mean for name, (mean, _error) in measured.items()}
 
 
-def results_table(grid: dict[str, dict[str, list[Run]]], env_info: dict) -> str:
-    """One row per scenario and script: final training returns (`final` over the seeds of each run's mean of its
-    last SMOOTHING logs), the greedy policy's return on mpe2 at the last evaluation, SPS and its ratio to the
-    single-process random-action env step rate, wall-clock time."""
-    columns = ["scenario", "script", "seeds", "env steps", "return per agent", "team return", "eval on mpe2"]
-    columns += ["SPS", "SPS / env rate"]
-    lines = ["| " + " | ".join([*columns, "wall-clock"]) + " |", "|---" * (len(columns) + 1) + "|"]
+def interval_estimates(scores: dict[str, np.ndarray], target: float) -> dict[str, np.ndarray]:
+    """{script: (3, 3)}: rows IQM, mean and optimality gap to `target` (how far the runs' scores fall short of it,
+    those above counted as reaching it) of the scripts' per-run scores (n_runs,), columns the point estimate and
+    the 95% stratified bootstrap confidence interval."""
+
+    def aggregates(x):  # x: (n_runs, 1 task)
+        return np.array(
+            [metrics.aggregate_iqm(x), metrics.aggregate_mean(x), metrics.aggregate_optimality_gap(x, target)]
+        )
+
+    with warnings.catch_warnings():  # arch warns that rliable hands it a RandomState
+        warnings.simplefilter("ignore", FutureWarning)
+        points, intervals = library.get_interval_estimates(
+            {name: x[:, None] for name, x in scores.items()},
+            aggregates,
+            reps=BOOTSTRAP_REPS,
+            random_state=np.random.RandomState(0),
+        )
+    return {name: np.column_stack([points[name], intervals[name].T]) for name in scores}
+
+
+def improvement_probabilities(scores: dict[str, np.ndarray]) -> dict[tuple[str, str], np.ndarray]:
+    """{(x, y): (3,)}: for every pair of scripts, the probability that a run of x scores above a run of y
+    (ties count half) and its 95% stratified bootstrap confidence interval."""
+    pairs = {(x, y): (scores[x][:, None], scores[y][:, None]) for x, y in itertools.combinations(scores, 2)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        points, intervals = library.get_interval_estimates(
+            pairs, metrics.probability_of_improvement, reps=BOOTSTRAP_REPS, random_state=np.random.RandomState(0)
+        )
+    return {pair: np.array([points[pair], *intervals[pair][:, 0]]) for pair in pairs}
+
+
+def cell(estimate: np.ndarray) -> str:
+    """ "point [low, high]" of a (3,) estimate."""
+    return f"{estimate[0]:.2f} [{estimate[1]:.2f}, {estimate[2]:.2f}]"
+
+
+def results_table(grid: dict[str, dict[str, list[Run]]], env_info: dict, policies: dict) -> str:
+    """Per scenario and script: the absolute metric (each run's mean over its re-evaluation episodes) as IQM, mean
+    and optimality gap to the scenario's best hand-written policy, and the training return (each run's mean of its
+    last SMOOTHING logs) as IQM, all with 95% confidence intervals over the runs; SPS and its ratio to the
+    single-process random-action env step rate, wall-clock time. Then the probability of improvement between the
+    scripts on the absolute metric."""
+    columns = ["scenario", "script", "seeds", "env steps", "absolute metric: IQM", "mean", "optimality gap"]
+    columns += ["train: IQM", "SPS", "SPS / env rate", "wall-clock"]
+    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+    improvements = []
     for env_id, settings in grid.items():
+        references = reference_returns(env_id, policies)
+        best = max((name for name in references if name != "random"), key=references.get, default=None)
+        target = references[best] if best else np.nan
+        absolute = {  # the scripts whose every run was re-evaluated
+            name: np.array([run.absolute.mean() for run in runs])
+            for name, runs in settings.items()
+            if all(len(run.absolute) for run in runs)
+        }
+        measured = interval_estimates(absolute, target) if absolute else {}
+        train = interval_estimates(
+            {n: np.array([r.returns[-SMOOTHING:].mean() for r in rs]) for n, rs in settings.items()}, target
+        )
         for exp_name, runs in settings.items():
             sps = np.mean([run.sps for run in runs])
             rate = env_info.get(env_id, {}).get("steps_per_s")
-            env_steps = min(run.steps[-1] for run in runs)
+            scores = [cell(x) for x in measured[exp_name]] if exp_name in measured else ["n/a"] * 3
             lines.append(
-                f"| {SCENARIO_NAMES.get(env_id, env_id)} | {exp_name} | {len(runs)} | {env_steps:,} "
-                f"| {final([run.returns[-SMOOTHING:].mean() for run in runs])} "
-                f"| {final([run.team_returns[-SMOOTHING:].mean() for run in runs])} "
-                f"| {final([run.eval_returns[-1] for run in runs])} "
+                f"| {SCENARIO_NAMES.get(env_id, env_id)} | {exp_name} | {len(runs)} "
+                f"| {min(run.steps[-1] for run in runs):,} | " + " | ".join(scores) + f" | {cell(train[exp_name][0])} "
                 f"| {sps:,.0f} | {f'{sps / rate:.2f}' if rate else 'n/a'} "
                 f"| {np.mean([run.minutes[-1] for run in runs]):.1f} min |"
             )
+        if len(measured) > 1:
+            for (x, y), p in improvement_probabilities(absolute).items():
+                improvements.append(f"| {SCENARIO_NAMES.get(env_id, env_id)} | {x} | {y} | {cell(p)} |")
+    if improvements:
+        lines += ["", "| scenario | X | Y | P(X > Y) on the absolute metric |", "|---|---|---|---|", *improvements]
     return "\n".join(lines) + "\n"
 
 
-def reference_lines(env_id: str, env_info: dict, policies: dict) -> list[tuple[str, float, str]]:
-    """(label, return per agent, line style) of the horizontal lines in a scenario's panel: the random policy's,
-    the hand-written policies' (`policies`, as reference_policies.py writes them) and the best peer's returns,
-    those that are known."""
+def reference_lines(env_id: str, policies: dict) -> list[tuple[str, float, str]]:
+    """(label, return per agent, line style) of the horizontal lines in a scenario's panel: the hand-written
+    policies' returns (`policies`, as reference_policies.py writes them) and the best peer's, those that are known."""
+    lines = [
+        (name, value, REFERENCE_POLICY_STYLES[name]) for name, value in reference_returns(env_id, policies).items()
+    ]
     peer_return, peer = PEER_RETURNS.get(env_id, (None, None))
-    measured = policies.get(env_id, {}).get(GRID_N_AGENTS, {})
-    lines = [("random", env_info.get(env_id, {}).get("random_return"), ":")]
-    lines += [(name, measured[name][0], style) for name, style in REFERENCE_POLICY_STYLES.items() if name in measured]
-    lines.append((peer, peer_return, "-."))
-    return [line for line in lines if line[1] is not None]
+    return lines + ([(peer, peer_return, "-.")] if peer else [])
 
 
-def plot_curves(grid: dict[str, dict[str, list[Run]]], env_info: dict, policies: dict, x: str, path: str) -> None:
-    """One panel per scenario: each script's mean over seeds and the range over seeds, with the random, the
-    hand-written and the best peer's returns as horizontal lines where known."""
+def marl_eval_data(grid: dict[str, dict[str, list[Run]]]) -> dict:
+    """The runs in marl-eval's layout: {"mpe2": {env_id: {script: {"seed_S": {"step_K": {"step_count": env steps,
+    "return": [greedy return per agent]}, ..., "absolute_metrics": {"return": [one per episode]}}}}}}. The scripts
+    log each evaluation's mean over its episodes, so a step's list holds that one number."""
+    data = {}
+    for env_id, settings in grid.items():
+        for exp_name, runs in settings.items():
+            for run in runs:
+                seed = {
+                    f"step_{k}": {"step_count": int(step), "return": [float(value)]}
+                    for k, (step, value) in enumerate(zip(run.eval_steps, run.eval_returns))
+                }
+                seed["absolute_metrics"] = {"return": run.absolute.tolist()}
+                data.setdefault("mpe2", {}).setdefault(env_id, {}).setdefault(exp_name, {})[f"seed_{run.seed}"] = seed
+    return data
+
+
+def plot_curves(grid: dict[str, dict[str, list[Run]]], policies: dict, x: str, path: str) -> None:
+    """One panel per scenario: each script's mean over seeds and the range over seeds, with the hand-written
+    policies' and the best peer's returns as horizontal lines where known."""
     fig = Figure(figsize=(5 * len(grid), 4), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(grid)))
     exp_names = sorted({exp_name for settings in grid.values() for exp_name in settings})
@@ -168,7 +258,7 @@ def plot_curves(grid: dict[str, dict[str, list[Run]]], env_info: dict, policies:
             grid_x, curves = seed_curves(runs, x)
             ax.plot(grid_x, curves.mean(axis=0), color=colors[exp_name], label=f"{exp_name} ({len(runs)} seeds)")
             ax.fill_between(grid_x, curves.min(axis=0), curves.max(axis=0), color=colors[exp_name], alpha=0.2)
-        for label, value, style in reference_lines(env_id, env_info, policies):
+        for label, value, style in reference_lines(env_id, policies):
             ax.axhline(value, color="gray", linestyle=style, label=label)
         ax.set_title(SCENARIO_NAMES.get(env_id, env_id))
         ax.set_xlabel("env steps" if x == "steps" else "wall-clock minutes")
@@ -236,8 +326,14 @@ def plot_scaling(runs: dict[str, dict[int, list[Run]]], policies: dict, path: st
         ax.plot(list(sizes), greedy, "s--", color=f"C{i}", label=f"{script}, greedy on mpe2")
     measured = policies.get("simple_spread_v3", {})
     sizes = sorted(int(n) for n in measured)
-    for name, style in {"random": ":", **REFERENCE_POLICY_STYLES}.items():
-        ax.plot(sizes, [measured[str(n)][name][0] for n in sizes], color="gray", linestyle=style, label=name)
+    for name in ("random", "nearest landmark", "scripted"):
+        ax.plot(
+            sizes,
+            [measured[str(n)][name][0] for n in sizes],
+            color="gray",
+            linestyle=REFERENCE_POLICY_STYLES[name],
+            label=name,
+        )
     ax.set_xlabel("agents (and landmarks), N")
     ax.set_ylabel("episode return per agent")
     ax.set_title("spread: final return against team size")
@@ -266,11 +362,13 @@ def main(args: Args) -> None:
             f.write(table)
         print(table, end="")
         return
-    plot_curves(grid, env_info, policies, "steps", os.path.join(args.out, "returns_vs_steps.png"))
-    plot_curves(grid, env_info, policies, "minutes", os.path.join(args.out, "returns_vs_time.png"))
-    table = results_table(grid, env_info)
+    plot_curves(grid, policies, "steps", os.path.join(args.out, "returns_vs_steps.png"))
+    plot_curves(grid, policies, "minutes", os.path.join(args.out, "returns_vs_time.png"))
+    table = results_table(grid, env_info, policies)
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(table)
+    with open(os.path.join(args.out, "marl_eval.json"), "w") as f:
+        json.dump(marl_eval_data(grid), f)
     print(table, end="")
 
 

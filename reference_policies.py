@@ -1,24 +1,30 @@
-"""Hand-written policies for simple_spread_v3 at any number of agents, measured on mpe2 itself: the yardsticks that
-the benchmark's plots and tables draw next to the learned policies.
+"""Hand-written policies for the three MPE scenarios of the benchmark (spread at any number of agents), measured on
+mpe2 itself: the yardsticks that the benchmark's plots and tables draw next to the learned policies.
 
-- random: uniformly random discrete actions.
+- random: uniformly random discrete actions (every scenario).
 - nearest landmark: every agent heads for the landmark nearest to it, even when another agent does too.
 - scripted: at every step an optimal assignment of agents to landmarks (`scipy.optimize.linear_sum_assignment` on
   their distances, so that no two agents head for the same landmark); each agent then takes the move that brings
   it closest to its landmark two steps ahead, the first position its action reaches (mpe2 moves an agent with its
   velocity before the force changes it).
 
-They know nothing of collisions, so they are not the best reachable: they show what a simple rule achieves.
+- oracle (speaker-listener and reference): every mover heads for its goal landmark, read from the world instead of
+  from the messages, with the two-step lookahead of `scripted`; no message is sent (speaker-listener's speaker says
+  its first word, reference's agents say word 0). It shows what perfect communication is worth.
 
-    python reference_policies.py --n-agents 1 2 3 4 6 8 10 --episodes 100 --out docs/benchmark/reference_policies.json
+The spread policies know nothing of collisions, so they are not the best reachable: they show what a simple rule
+achieves.
+
+    python reference_policies.py --n-agents 1 2 3 4 6 8 10 --episodes 200 --out docs/benchmark/reference_policies.json
 """
 
 import dataclasses
+import importlib
 import json
+from collections import defaultdict
 
 import numpy as np
 import tyro
-from mpe2 import simple_spread_v3
 from scipy.optimize import linear_sum_assignment
 
 DT, DAMPING, SENSITIVITY = 0.1, 0.25, 5.0  # mpe2's time step, velocity damping and action force scale
@@ -32,11 +38,11 @@ class Args:
     n_agents: list[int] = dataclasses.field(default_factory=lambda: [3, 6, 10])
     """team sizes of simple_spread_v3 to measure"""
     episodes: int = 100
-    """episodes per policy and team size (env k reset with seed + k)"""
+    """episodes per policy, scenario and team size (env k reset with seed + k)"""
     seed: int = 0
     """seed of the first episode and of the random policy"""
     out: str | None = None
-    """JSON file for the results: {"simple_spread_v3": {N: {policy: [mean, standard error]}}}"""
+    """JSON file for the results: {env_id: {N: {policy: [mean, standard error]}}}"""
 
 
 def positions(world) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -67,36 +73,63 @@ def scripted(world, rng: np.random.Generator) -> np.ndarray:
     return moves_toward(agents, velocities, landmarks[assigned])
 
 
-def random_actions(world, rng: np.random.Generator) -> np.ndarray:
-    return rng.integers(len(MOVES), size=len(world.agents))
+def oracle_listener(world, rng: np.random.Generator) -> np.ndarray:
+    """Speaker-listener: the speaker (agent 0) says word 0, the listener heads for the speaker's goal landmark."""
+    agents, velocities, _ = positions(world)
+    move = moves_toward(agents[1:], velocities[1:], world.agents[0].goal_b.state.p_pos[None])
+    return np.concatenate([[0], move])
 
 
-POLICIES = {"random": random_actions, "nearest landmark": nearest_landmark, "scripted": scripted}
+def oracle_pair(world, rng: np.random.Generator) -> np.ndarray:
+    """Reference: each agent heads for the landmark that the other one holds as its goal; action = move + 5 * word,
+    word 0."""
+    agents, velocities, _ = positions(world)
+    return moves_toward(agents, velocities, np.array([world.agents[1 - i].goal_b.state.p_pos for i in range(2)]))
 
 
-def measure(policy, n_agents: int, episodes: int, seed: int) -> tuple[float, float]:
-    """Mean per-agent episode return on mpe2's simple_spread_v3 (25 steps), and its standard error over episodes."""
-    env, rng = simple_spread_v3.parallel_env(N=n_agents), np.random.default_rng(seed)
+def random_actions(world, rng: np.random.Generator, n_actions: list[int]) -> np.ndarray:
+    return rng.integers(n_actions)
+
+
+# Each scenario's policies besides the random one
+POLICIES = {
+    "simple_spread_v3": {"nearest landmark": nearest_landmark, "scripted": scripted},
+    "simple_speaker_listener_v4": {"oracle": oracle_listener},
+    "simple_reference_v3": {"oracle": oracle_pair},
+}
+
+
+def measure(env_id: str, policy, n_agents: int, episodes: int, seed: int) -> tuple[float, float]:
+    """Mean per-agent episode return on mpe2's `env_id` (25 steps; `n_agents` for spread), and its standard error
+    over episodes; `policy` None is the random one."""
+    env = importlib.import_module(f"mpe2.{env_id}").parallel_env(**({"N": n_agents} if "spread" in env_id else {}))
+    n_actions, rng = [env.action_space(agent).n for agent in env.possible_agents], np.random.default_rng(seed)
     returns = np.zeros(episodes)
     for k in range(episodes):
         env.reset(seed=seed + k)
         while env.agents:
-            actions = policy(env.unwrapped.world, rng)
+            world = env.unwrapped.world
+            actions = random_actions(world, rng, n_actions) if policy is None else policy(world, rng)
             _, rewards, *_ = env.step({agent: int(a) for agent, a in zip(env.agents, actions)})
             returns[k] += np.mean(list(rewards.values()))
     return float(returns.mean()), float(returns.std(ddof=1) / np.sqrt(episodes))
 
 
 def main(args: Args) -> dict:
-    results = {}
-    print("| N | " + " | ".join(POLICIES) + " |\n|---|" + "---|" * len(POLICIES))
-    for n in args.n_agents:
-        results[str(n)] = {name: measure(p, n, args.episodes, args.seed) for name, p in POLICIES.items()}
-        print(f"| {n} | " + " | ".join(f"{m:.2f} ± {se:.2f}" for m, se in results[str(n)].values()) + " |")
+    """{env_id: {N: {policy: (mean, standard error)}}} for spread at each of `args.n_agents` and the other two
+    scenarios at their two agents, printed as one table."""
+    results = defaultdict(dict)
+    print("| scenario | N | policy | return per agent |\n|---|---|---|---|")
+    for env_id, policies in POLICIES.items():
+        for n in args.n_agents if "spread" in env_id else [2]:
+            for name, policy in {"random": None, **policies}.items():
+                results[env_id].setdefault(str(n), {})[name] = measure(env_id, policy, n, args.episodes, args.seed)
+                mean, error = results[env_id][str(n)][name]
+                print(f"| {env_id} | {n} | {name} | {mean:.2f} ± {error:.2f} |")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"simple_spread_v3": results}, f, indent=1)
-    return results
+            json.dump(results, f, indent=1)
+    return dict(results)
 
 
 if __name__ == "__main__":

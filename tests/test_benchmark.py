@@ -20,9 +20,11 @@ import benchmark_plot as bp  # noqa: E402
 STEPS = np.arange(1, 31) * 800  # 30 logs, as 32 threads x 25 steps per iteration
 
 
-def write_run(runs_dir, env_id, exp_name, seed, returns, n_agents, sps, minutes_per_log):
-    """A run folder as the scripts write it, with the tags that benchmark_plot.py reads."""
-    writer = SummaryWriter(os.path.join(runs_dir, f"{env_id}__{exp_name}__{seed}__{1000 + seed}"))
+def write_run(runs_dir, env_id, exp_name, seed, returns, n_agents, sps, minutes_per_log, absolute=None):
+    """A run folder as the scripts write it, with the tags that benchmark_plot.py reads, and the absolute metric's
+    episode returns as benchmark.sh writes them, if given."""
+    run_dir = os.path.join(runs_dir, f"{env_id}__{exp_name}__{seed}__{1000 + seed}")
+    writer = SummaryWriter(run_dir)
     start = time.time()
     for i, (step, value) in enumerate(zip(STEPS, returns)):
         wall_time = start + 60 * minutes_per_log * (i + 1)
@@ -32,11 +34,15 @@ def write_run(runs_dir, env_id, exp_name, seed, returns, n_agents, sps, minutes_
         if i % 10 == 9:  # an evaluation every 10 logs, 1 above the training return
             writer.add_scalar("eval/episodic_return", value + 1, step, walltime=wall_time)
     writer.close()
+    if absolute is not None:
+        with open(os.path.join(run_dir, "absolute_metric.json"), "w") as f:
+            json.dump({"returns": absolute}, f)
 
 
 @pytest.fixture
 def grid_dir(tmp_path):
-    """Spread: two seeds of script a (returns rising linearly) and one of b; reference: one seed of a."""
+    """Spread: two seeds of script a (returns rising linearly) and one of b, all with their absolute metric;
+    reference: one seed of a, without it."""
     rng = np.random.default_rng(0)
     returns = {
         ("simple_spread_v3", "a", 1): np.linspace(-30, -12, 30),
@@ -46,8 +52,15 @@ def grid_dir(tmp_path):
     }
     for (env_id, exp_name, seed), values in returns.items():
         n_agents = 3 if env_id == "simple_spread_v3" else 2
-        write_run(tmp_path / "runs", env_id, exp_name, seed, values, n_agents, sps=1000.0 * seed, minutes_per_log=0.5)
+        absolute = ABSOLUTE.get((exp_name, seed)) if env_id == "simple_spread_v3" else None
+        write_run(tmp_path / "runs", env_id, exp_name, seed, values, n_agents, 1000.0 * seed, 0.5, absolute)
     return tmp_path, returns
+
+
+ABSOLUTE = {("a", 1): [-9.0, -11.0], ("a", 2): [-12.0, -12.0], ("b", 1): [-20.0, -10.0]}
+POLICIES = {
+    "simple_spread_v3": {"3": {"random": [-27.0, 0.5], "nearest landmark": [-16.0, 0.5], "scripted": [-8.5, 0.2]}}
+}
 
 
 def test_smooth_is_the_mean_of_the_last_logs():
@@ -62,29 +75,62 @@ def test_read_grid_groups_seeds_by_scenario_and_experiment(grid_dir):
     counts = [(env_id, {name: len(runs) for name, runs in s.items()}) for env_id, s in grid.items()]
     assert counts == [("simple_spread_v3", {"a": 2, "b": 1}), ("simple_reference_v3", {"a": 1})]  # spread first
     run = grid["simple_spread_v3"]["a"][1]  # seed 2
+    assert run.seed == 2
     np.testing.assert_array_equal(run.steps, STEPS)
     np.testing.assert_allclose(run.returns, returns[("simple_spread_v3", "a", 2)], rtol=1e-6)
-    np.testing.assert_allclose(run.team_returns, 3 * returns[("simple_spread_v3", "a", 2)], rtol=1e-6)
+    np.testing.assert_array_equal(run.eval_steps, STEPS[9::10])
     np.testing.assert_allclose(run.eval_returns, returns[("simple_spread_v3", "a", 2)][9::10] + 1, rtol=1e-6)
+    assert run.absolute.tolist() == [-12.0, -12.0]
+    assert grid["simple_reference_v3"]["a"][0].absolute.size == 0
     np.testing.assert_allclose(run.minutes, 0.5 * np.arange(1, 31), atol=0.05)
     assert run.sps == 2000.0
 
 
+def test_interval_estimates_known_answers():
+    """Five runs scoring 1..5: the IQM trims one run at each end (3), the mean is 3, and the optimality gap to 4 is
+    4 - mean(1, 2, 3, 4, 4) = 1.2; every interval holds its point and lies within the scores. Equal runs leave
+    nothing to resample: a point interval."""
+    estimates = bp.interval_estimates({"x": np.arange(1.0, 6.0), "same": np.full(4, 2.0)}, target=4.0)
+    np.testing.assert_allclose(estimates["x"][:, 0], [3.0, 3.0, 1.2])
+    assert np.all(estimates["x"][:, 1] <= estimates["x"][:, 0]) and np.all(estimates["x"][:, 0] <= estimates["x"][:, 2])
+    assert np.all(estimates["x"][:2, 1:] >= 1.0) and np.all(estimates["x"][:2, 1:] <= 5.0)
+    assert estimates["x"][0, 1] < estimates["x"][0, 2]  # a real interval
+    np.testing.assert_allclose(estimates["same"], [[2.0, 2.0, 2.0], [2.0, 2.0, 2.0], [2.0, 2.0, 2.0]])
+
+
+def test_improvement_probabilities_known_answers():
+    """x = 1..5 against y = x + 1.5: x wins 6 of the 25 pairs (3 > 2.5; 4 > 2.5, 3.5; 5 > 2.5, 3.5, 4.5); z, above
+    every x, wins them all, so every resample gives 1."""
+    x = np.arange(1.0, 6.0)
+    p = bp.improvement_probabilities({"x": x, "y": x + 1.5, "z": x + 10})
+    assert list(p) == [("x", "y"), ("x", "z"), ("y", "z")]
+    assert p[("x", "y")][0] == pytest.approx(0.24) and p[("x", "y")][1] <= 0.24 <= p[("x", "y")][2]
+    np.testing.assert_allclose(p[("x", "z")], [0.0, 0.0, 0.0])
+
+
 def test_results_table_numbers(grid_dir):
+    """Spread a: absolute metrics -10 and -12 (the IQM of two runs keeps both: -11; the gap to scripted -8.5 is
+    -8.5 - mean(-10, -12) = 2.5); reference a has no absolute metric; the improvement table compares a and b."""
     tmp_path, returns = grid_dir
     grid = bp.read_grid(tmp_path / "runs")
-    env_info = {"simple_spread_v3": {"steps_per_s": 4000, "random_return": -27.0}}
-    rows = {tuple(line.split(" | ")[:2]): line for line in bp.results_table(grid, env_info).splitlines()[2:]}
+    env_info = {"simple_spread_v3": {"steps_per_s": 4000}}
+    lines = bp.results_table(grid, env_info, POLICIES).splitlines()
+    rows = {tuple(line.split(" | ")[:2]): line.split(" | ") for line in lines[2:] if line.count("|") == 12}
+    assert [cell.split(" [")[0] for cell in rows[("| spread", "a")][4:7]] == ["-11.00", "-11.00", "2.50"]
     finals = [returns[("simple_spread_v3", "a", s)][-10:].mean() for s in (1, 2)]
-    evals = [returns[("simple_spread_v3", "a", s)][-1] + 1 for s in (1, 2)]
-    assert rows[("| spread", "a")] == (
-        f"| spread | a | 2 | 24,000 | {np.mean(finals):.2f} ± {abs(finals[0] - finals[1]) / np.sqrt(2):.2f} "
-        f"| {np.mean(finals) * 3:.2f} ± {abs(finals[0] - finals[1]) * 3 / np.sqrt(2):.2f} "
-        f"| {np.mean(evals):.2f} ± {abs(evals[0] - evals[1]) / np.sqrt(2):.2f} | 1,500 | 0.38 | 15.0 min |"
-    )
-    final_b = returns[("simple_spread_v3", "b", 1)][-10:].mean()
-    assert rows[("| spread", "b")].startswith(f"| spread | b | 1 | 24,000 | {final_b:.2f} ± 0.00 |")
-    assert rows[("| reference", "a")].endswith("| 1,000 | n/a | 15.0 min |")  # no env rate known for reference
+    assert rows[("| spread", "a")][7].split(" [")[0] == f"{np.mean(finals):.2f}"  # two runs: IQM = mean
+    assert rows[("| spread", "a")][2:4] == ["2", "24,000"] and rows[("| spread", "a")][8:] == [
+        "1,500",
+        "0.38",
+        "15.0 min |",
+    ]
+    assert rows[("| spread", "b")][4:7] == ["-15.00 [-15.00, -15.00]", "-15.00 [-15.00, -15.00]", "6.50 [6.50, 6.50]"]
+    assert rows[("| reference", "a")][4:7] == ["n/a"] * 3 and rows[("| reference", "a")][-2:] == ["n/a", "15.0 min |"]
+    assert lines[-3:] == [
+        "| scenario | X | Y | P(X > Y) on the absolute metric |",
+        "|---|---|---|---|",
+        "| spread | a | b | 1.00 [1.00, 1.00] |",
+    ]
 
 
 def test_resumed_run_counts_out_its_pause(tmp_path, monkeypatch):
@@ -122,26 +168,46 @@ def test_seed_curves_average_on_the_shortest_run(grid_dir):
 
 
 def test_reference_lines_are_the_known_returns():
-    env_info = {"simple_spread_v3": {"steps_per_s": 4000, "random_return": -27.0}}
-    policies = {"simple_spread_v3": {"3": {"nearest landmark": [-16.0, 0.5], "scripted": [-7.5, 0.2]}, "6": {}}}
-    assert bp.reference_lines("simple_spread_v3", env_info, policies) == [
+    policies = {**POLICIES, "simple_reference_v3": {"2": {"random": [-28.0, 0.4], "oracle": [-7.7, 0.3]}}}
+    assert bp.reference_lines("simple_spread_v3", policies) == [
         ("random", -27.0, ":"),
         ("nearest landmark", -16.0, (0, (3, 1, 1, 1))),
-        ("scripted", -7.5, "--"),
+        ("scripted", -8.5, "--"),
         ("JaxMARL MAPPO-RNN, 2M steps", -13.6, "-."),
     ]
-    assert bp.reference_lines("simple_reference_v3", env_info, policies) == []
+    assert bp.reference_lines("simple_reference_v3", policies) == [("random", -28.0, ":"), ("oracle", -7.7, "--")]
+    assert bp.reference_lines("simple_speaker_listener_v4", policies) == []
 
 
-def test_main_writes_figures_and_table(grid_dir, capsys):
-    tmp_path, _ = grid_dir
-    (tmp_path / "env.json").write_text(json.dumps({"simple_spread_v3": {"steps_per_s": 4000, "random_return": -27}}))
+def test_main_writes_figures_table_and_marl_eval_json(grid_dir, capsys):
+    tmp_path, returns = grid_dir
+    (tmp_path / "env.json").write_text(json.dumps({"simple_spread_v3": {"steps_per_s": 4000}}))
+    (tmp_path / "policies.json").write_text(json.dumps(POLICIES))
     out = tmp_path / "out"
-    bp.main(bp.Args(runs=str(tmp_path / "runs"), env_info=str(tmp_path / "env.json"), out=str(out)))
+    runs = str(tmp_path / "runs")
+    bp.main(
+        bp.Args(
+            runs=runs,
+            env_info=str(tmp_path / "env.json"),
+            reference_policies=str(tmp_path / "policies.json"),
+            out=str(out),
+        )
+    )
     for name in ("returns_vs_steps.png", "returns_vs_time.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "results.md").read_text() == capsys.readouterr().out
-    assert len((out / "results.md").read_text().splitlines()) == 2 + 3
+    assert len((out / "results.md").read_text().splitlines()) == 2 + 3 + 4  # the table, then the improvements
+    data = json.loads((out / "marl_eval.json").read_text())
+    assert list(data) == ["mpe2"] and list(data["mpe2"]) == ["simple_spread_v3", "simple_reference_v3"]
+    assert list(data["mpe2"]["simple_spread_v3"]) == ["a", "b"]
+    assert list(data["mpe2"]["simple_spread_v3"]["a"]) == ["seed_1", "seed_2"]
+    seed = data["mpe2"]["simple_spread_v3"]["a"]["seed_2"]
+    assert list(seed) == ["step_0", "step_1", "step_2", "absolute_metrics"]
+    values = returns[("simple_spread_v3", "a", 2)][9::10] + 1
+    for k, (step, value) in enumerate(zip(STEPS[9::10], values)):
+        assert seed[f"step_{k}"]["step_count"] == step and seed[f"step_{k}"]["return"] == [pytest.approx(value)]
+    assert seed["absolute_metrics"] == {"return": [-12.0, -12.0]}
+    assert data["mpe2"]["simple_reference_v3"]["a"]["seed_1"]["absolute_metrics"] == {"return": []}
 
 
 def test_scaling_table_and_figure_from_runs_at_several_team_sizes(tmp_path, capsys):
@@ -193,16 +259,17 @@ SCENARIOS = ["simple_spread_v3", "simple_speaker_listener_v4", "simple_reference
 @pytest.mark.parametrize(
     "options, seeds, budgets",
     [
-        ([], 3, [20_000_000, 2_000_000, 3_000_000]),  # the default: the full grid, three seeds
-        (["--budget", "quick", "--seeds", "2"], 2, [2_000_000, 500_000, 800_000]),
+        ([], [5, 3, 3], [20_000_000, 2_000_000, 3_000_000]),  # the default: the full grid, five seeds on spread
+        (["--budget", "quick", "--seeds", "2"], [2, 2, 2], [2_000_000, 500_000, 800_000]),
     ],
 )
 def test_print_commands_is_one_command_per_run(options, seeds, budgets):
     result = benchmark("--print-commands", *options)
     assert result.returncode == 0 and result.stderr == ""
     expected = [
-        f"python {ROOT}/{script} --env-id {env_id} --preset tuned --seed {seed} --total-timesteps {steps}"
-        for (env_id, steps), script, seed in itertools.product(zip(SCENARIOS, budgets), SCRIPTS, range(1, seeds + 1))
+        f"python {ROOT}/{script} --env-id {env_id} --preset tuned --seed {seed} --total-timesteps {steps} --save-model"
+        for env_id, n_seeds, steps in zip(SCENARIOS, seeds, budgets)
+        for script, seed in itertools.product(SCRIPTS, range(1, n_seeds + 1))
     ]
     assert result.stdout.splitlines() == expected
 
@@ -211,9 +278,25 @@ def test_print_commands_subset():
     result = benchmark("--print-commands", "--scripts", "mat", "--scenarios", "reference listener", "--seeds", "1")
     mat = f"python {ROOT}/mat_mpe.py --env-id"
     assert result.stdout.splitlines() == [
-        f"{mat} simple_reference_v3 --preset tuned --seed 1 --total-timesteps 3000000",
-        f"{mat} simple_speaker_listener_v4 --preset tuned --seed 1 --total-timesteps 2000000",
+        f"{mat} simple_reference_v3 --preset tuned --seed 1 --total-timesteps 3000000 --save-model",
+        f"{mat} simple_speaker_listener_v4 --preset tuned --seed 1 --total-timesteps 2000000 --save-model",
     ]
+
+
+def test_absolute_metric_re_evaluates_the_best_model_on_320_episodes(tmp_path):
+    """`benchmark.sh absolute` on a tiny run, given relative to the caller: 320 per-agent episode returns, seeded
+    1,000 past the run's seed; a second call keeps what the first wrote."""
+    train = [sys.executable, os.path.join(ROOT, "mappo_mpe.py"), "--total-timesteps", "1600", "--seed", "2"]
+    subprocess.run([*train, "--save-model", "--n-eval-episodes", "2"], cwd=tmp_path, check=True, capture_output=True)
+    (run,) = (tmp_path / "runs").iterdir()
+    command = ["bash", os.path.join(ROOT, "benchmark.sh"), "absolute", os.path.join("runs", run.name)]
+    subprocess.run(command, cwd=tmp_path, check=True, capture_output=True)
+    written = json.loads((run / "absolute_metric.json").read_text())
+    assert written["checkpoint"] == "best_model.pt" and written["seed"] == 1002 and len(written["returns"]) == 320
+    assert len(set(written["returns"])) > 1 and all(-200 < r < 0 for r in written["returns"])
+    modified = (run / "absolute_metric.json").stat().st_mtime_ns
+    assert subprocess.run(command, cwd=tmp_path, capture_output=True).stdout == b""
+    assert (run / "absolute_metric.json").stat().st_mtime_ns == modified
 
 
 @pytest.mark.parametrize(

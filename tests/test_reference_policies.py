@@ -1,4 +1,4 @@
-"""Tests for reference_policies.py: the hand-written spread policies on hand-made worlds, and measured on mpe2."""
+"""Tests for reference_policies.py: the hand-written policies on hand-made worlds, and measured on mpe2."""
 
 import os
 import sys
@@ -47,6 +47,27 @@ def test_scripted_shares_the_landmarks_out_where_nearest_landmark_does_not():
 
 def test_one_agent_scripted_is_nearest_landmark_and_both_beat_random():
     """With one agent the assignment is the nearest landmark: the same episodes give the same returns."""
-    random, nearest, scripted = (rp.measure(rp.POLICIES[name], 1, 4, seed=3) for name in rp.POLICIES)
+    policies = {"random": None, **rp.POLICIES["simple_spread_v3"]}
+    random, nearest, scripted = (rp.measure("simple_spread_v3", p, 1, 4, seed=3) for p in policies.values())
     assert scripted == nearest
     assert scripted[0] > random[0] and scripted[1] > 0
+
+
+def test_oracle_listener_heads_for_the_speakers_goal():
+    """The speaker says word 0; the listener, at rest at the origin, pushes toward the goal landmark, not the nearer
+    one."""
+    w = world(agents=[(0.5, 0.5), (0.0, 0.0)], velocities=[(0.0, 0.0)] * 2, landmarks=[(0.1, 0.0), (0.0, -1.0)])
+    w.agents[0].goal_b = w.landmarks[1]
+    assert rp.oracle_listener(w, np.random.default_rng(0)).tolist() == [0, 3]  # -y
+
+
+def test_oracle_pair_heads_for_the_goal_the_other_agent_holds():
+    w = world(agents=[(0.0, 0.0), (1.0, 1.0)], velocities=[(0.0, 0.0)] * 2, landmarks=[(1.0, 0.0), (1.0, 2.0)])
+    w.agents[0].goal_b, w.agents[1].goal_b = w.landmarks[1], w.landmarks[0]  # agent 1's goal for agent 0 is (1, 0)
+    assert rp.oracle_pair(w, np.random.default_rng(0)).tolist() == [2, 4]  # agent 0 +x, agent 1 +y
+
+
+@pytest.mark.parametrize("env_id", ["simple_speaker_listener_v4", "simple_reference_v3"])
+def test_oracles_beat_random_on_mpe2(env_id):
+    random, oracle = (rp.measure(env_id, p, 2, 6, seed=0) for p in (None, rp.POLICIES[env_id]["oracle"]))
+    assert oracle[0] > random[0] + 5 and oracle[1] > 0
