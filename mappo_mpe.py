@@ -767,9 +767,8 @@ class BatchedMPE:
     order (its `World.step`, `_set_action` and the scenario's observation and reward, mpe2 1.1.1; the tests step
     both from the same world and compare every output). Ended episodes are reset in place, from a CPU generator
     seeded with `seed` (not mpe2's stream), so a run sees the same episodes on every device. Where they differ, on
-    purpose: distance ties in the nearest-K observation keep a stable order (mpe2's numpy argsort orders ties as the
-    CPU's sort does); two agents at exactly one position push each other with zero force (mpe2: 0 / 0 = NaN);
-    float32 can round a distance at the collision threshold 0.3 the other way from mpe2's float64.
+    purpose: two agents at exactly one position push each other with zero force (mpe2: 0 / 0 = NaN); float32 can
+    round a distance at the collision threshold 0.3 the other way from mpe2's float64.
 
     The world: positions `pos` (n_envs, n_agents + n_landmarks, 2), agents first; the agents' velocities `vel` and
     messages `comm`; each agent's goal landmark `goal` (speaker-listener, reference); the episode's `steps`."""
