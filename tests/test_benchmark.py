@@ -15,9 +15,17 @@ from torch.utils.tensorboard import SummaryWriter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from conftest import TINY  # noqa: E402
+
 import benchmark_plot as bp  # noqa: E402
 
 STEPS = np.arange(1, 31) * 800  # 30 logs, as 32 threads x 25 steps per iteration
+
+
+@pytest.fixture(autouse=True)
+def fewer_bootstrap_resamples(monkeypatch):
+    """The intervals' checks hold for any number of resamples; fewer keep the tests quick."""
+    monkeypatch.setattr(bp, "BOOTSTRAP_REPS", 200)
 
 
 def write_run(runs_dir, env_id, exp_name, seed, returns, n_agents, sps, minutes_per_log, absolute=None):
@@ -286,8 +294,8 @@ def test_print_commands_subset():
 def test_absolute_metric_re_evaluates_the_best_model_on_320_episodes(tmp_path):
     """`benchmark.sh absolute` on a tiny run, given relative to the caller: 320 per-agent episode returns, seeded
     1,000 past the run's seed; a second call keeps what the first wrote."""
-    train = [sys.executable, os.path.join(ROOT, "mappo_mpe.py"), "--total-timesteps", "1600", "--seed", "2"]
-    subprocess.run([*train, "--save-model", "--n-eval-episodes", "2"], cwd=tmp_path, check=True, capture_output=True)
+    train = [sys.executable, os.path.join(ROOT, "mappo_mpe.py"), "--seed", "2", "--save-model", *TINY]
+    subprocess.run(train, cwd=tmp_path, check=True, capture_output=True)
     (run,) = (tmp_path / "runs").iterdir()
     command = ["bash", os.path.join(ROOT, "benchmark.sh"), "absolute", os.path.join("runs", run.name)]
     subprocess.run(command, cwd=tmp_path, check=True, capture_output=True)
