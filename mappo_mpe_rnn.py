@@ -233,15 +233,13 @@ class RecurrentNet(nn.Module):
 
 
 class Gaussian(Normal):
-    """Diagonal Gaussian over zero-padded action vectors (..., action_dim): the dimensions an agent does not have
-    (`dims` False) are zero in its samples and add nothing to its log-probabilities and entropies, which are
-    summed over the action dimensions (one PPO ratio per agent, as for discrete actions).
-
-    The env clips actions into the box [0, 1], so both parameters are bounded by it. The mean is sigmoid(`out`):
-    a mean beyond a face would give the env that face for nearly every sample, so the returns would say nothing
-    about it and it would drift further (the recurrent actor's did). The std is sigmoid(`std_logit`), at most the
-    box's width: the entropy bonus sees the unclipped Gaussian, whose entropy grows without bound with its std,
-    while a wider Gaussian only puts more actions on the faces; unbounded, the bonus kept widening it."""
+    """Diagonal Gaussian over zero-padded action vectors (..., action_dim): dimensions an agent lacks (`dims` False)
+    are zero in its samples and add nothing to its log-probabilities and entropies, summed over the dimensions (one
+    PPO ratio per agent, as for discrete actions). The env clips actions into the box [0, 1], which bounds both
+    parameters. The mean is sigmoid(`out`): beyond a face, nearly every sample would give the env that face, so the
+    returns would say nothing about the mean and it would drift further (the recurrent actor's did). The std is
+    sigmoid(`std_logit`), at most the box's width: the entropy bonus sees the unclipped Gaussian, whose entropy grows
+    with its std without bound, while a wider one only puts more actions on the faces (unbounded, it kept widening)."""
 
     def __init__(self, out: torch.Tensor, std_logit: torch.Tensor, dims: torch.Tensor):
         super().__init__(torch.sigmoid(out), torch.sigmoid(std_logit).expand_as(out), validate_args=False)
@@ -316,13 +314,9 @@ class Agent(nn.Module):
             self.actor_std_logit = nn.Parameter(torch.full((n_actors, spec.action_dim), 2.0))
         # EP: one critic pass per env on the shared state, with one value head per agent (agents' returns
         # differ without --team-reward). FP/AS: one pass per agent on an agent-specific state.
-        critic_in = {
-            "EP": spec.state_dim,
-            "FP": spec.state_dim + n_agents,
-            "AS": spec.state_dim + spec.obs_dim + n_agents,
-        }
+        critic_in = spec.state_dim + {"EP": 0, "FP": n_agents, "AS": spec.obs_dim + n_agents}[args.state_type]
         value_heads = n_agents if args.state_type == "EP" else 1
-        self.critic = RecurrentNet(critic_in[args.state_type], value_heads, 1.0, args)
+        self.critic = RecurrentNet(critic_in, value_heads, 1.0, args)
         self.hidden_shapes = (
             (n_agents, args.hidden_size),
             (1 if args.state_type == "EP" else n_agents, args.hidden_size),
@@ -478,21 +472,14 @@ class RolloutBuffer:
         self.actor_hidden, self.critic_hidden = actor_hidden, self.next_critic_hidden
 
 
-def compute_gae(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    final_values: torch.Tensor,
-    terminated: torch.Tensor,
-    truncated: torch.Tensor,
-    gamma: float,
-    gae_lambda: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAE over (T, ...) tensors; `values` has T+1 entries.
+def compute_gae(buffer: RolloutBuffer, gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE over the rollout's (T, ...) `rewards`, `terminated` and `truncated`; its `values` have T+1 entries.
 
     A truncated episode bootstraps from the value of its final observation (`final_values`), a terminated
     one from zero; neither lets the advantage flow into the next episode.
     """
-    next_values = torch.where(truncated, final_values, values[1:]) * ~terminated
+    rewards, values, terminated, truncated = buffer.rewards, buffer.values, buffer.terminated, buffer.truncated
+    next_values = torch.where(truncated, buffer.final_values, values[1:]) * ~terminated
     deltas = rewards + gamma * next_values - values[:-1]
     episode_continues = ~(terminated | truncated)
     advantages = torch.zeros_like(rewards)
@@ -526,12 +513,12 @@ def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip: float) -> 
     return -masked_mean(surrogate, alive), stats
 
 
-def value_loss_fn(values, old_values, returns, alive, clip: float, huber_delta: float, clipped: bool) -> torch.Tensor:
-    """Huber loss of normalized values against normalized returns, optionally PPO-clipped."""
-    loss = F.huber_loss(values, returns, reduction="none", delta=huber_delta)
-    if clipped:
-        values_clipped = old_values + (values - old_values).clamp(-clip, clip)
-        loss = torch.max(loss, F.huber_loss(values_clipped, returns, reduction="none", delta=huber_delta))
+def value_loss_fn(values, old_values, returns, alive, args: Args) -> torch.Tensor:
+    """Huber loss of normalized values against normalized returns, PPO-clipped with --clipped-value-loss."""
+    loss = F.huber_loss(values, returns, reduction="none", delta=args.huber_delta)
+    if args.clipped_value_loss:
+        values_clipped = old_values + (values - old_values).clamp(-args.clip, args.clip)
+        loss = torch.max(loss, F.huber_loss(values_clipped, returns, reduction="none", delta=args.huber_delta))
     return masked_mean(loss, alive)
 
 
@@ -564,30 +551,14 @@ def ppo_update(agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advan
             )
             entropy = masked_mean(dist.entropy(), alive[:, mb])
             values, _ = agent.get_value(obs[:, mb], state[:, mb], buffer.critic_hidden[mb], starts[:, mb])
-            value_loss = value_loss_fn(
-                values,
-                old_values[:, mb],
-                norm_returns[:, mb],
-                alive[:, mb],
-                args.clip,
-                args.huber_delta,
-                args.clipped_value_loss,
-            )
+            value_loss = value_loss_fn(values, old_values[:, mb], norm_returns[:, mb], alive[:, mb], args)
             optimizer.zero_grad()
             (policy_loss - args.ent_coef * entropy + args.vf_coef * value_loss).backward()
             actor_grad_norm = nn.utils.clip_grad_norm_(actor_params, args.max_grad_norm)
             critic_grad_norm = nn.utils.clip_grad_norm_(agent.critic.parameters(), args.max_grad_norm)
             optimizer.step()
-            stats.append(
-                {
-                    "policy_loss": policy_loss.detach(),
-                    "value_loss": value_loss.detach(),
-                    "entropy": entropy.detach(),
-                    "actor_grad_norm": actor_grad_norm,
-                    "critic_grad_norm": critic_grad_norm,
-                    **pg_stats,
-                }
-            )
+            losses = dict(policy_loss=policy_loss.detach(), value_loss=value_loss.detach(), entropy=entropy.detach())
+            stats.append(losses | pg_stats | dict(actor_grad_norm=actor_grad_norm, critic_grad_norm=critic_grad_norm))
     return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
 
 
@@ -668,15 +639,7 @@ def main(args: Args) -> dict:
 
                 # 2. Values and advantages
                 buffer.compute_values(agent, value_norm)
-                advantages, returns = compute_gae(
-                    buffer.rewards,
-                    buffer.values,
-                    buffer.final_values,
-                    buffer.terminated,
-                    buffer.truncated,
-                    args.gamma,
-                    args.gae_lambda,
-                )
+                advantages, returns = compute_gae(buffer, args.gamma, args.gae_lambda)
 
             # 3. PPO update
             update_start = time.time()
@@ -1153,16 +1116,9 @@ def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args: Args, writer, 
 def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Args, global_step: int, **training):
     """Writes the model, with `training` (see `training_state`) for a training checkpoint, to a temporary file, then
     renames it: a run killed while writing never leaves a damaged checkpoint."""
-    checkpoint = {
-        "script": os.path.basename(__file__),
-        "agent": agent.state_dict(),
-        "value_norm": value_norm.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "args": dataclasses.asdict(args),
-        "global_step": global_step,
-        **training,
-    }
-    torch.save(checkpoint, f"{path}.tmp")
+    model = dict(agent=agent.state_dict(), value_norm=value_norm.state_dict(), optimizer=optimizer.state_dict())
+    checkpoint = dict(script=os.path.basename(__file__), args=dataclasses.asdict(args), global_step=global_step)
+    torch.save(checkpoint | model | training, f"{path}.tmp")
     os.replace(f"{path}.tmp", path)  # atomic on POSIX and Windows
 
 
@@ -1291,12 +1247,9 @@ def resume_training(checkpoint: dict, envs, episode_returns: EpisodeReturns, buf
 def range_errors(args) -> list[str]:
     """One message per numeric flag outside the values it can work with; flags a script does not have are skipped."""
     counts = "n_rollout_threads n_agents max_cycles episode_length ppo_epoch num_mini_batch hidden_size n_block n_embd"
+    positive_counts = f"{counts} n_head eval_interval n_eval_episodes log_interval checkpoint_interval"
     rules = [  # (valid values, the test, the flags it applies to); NaN fails every test
-        (
-            "at least 1",
-            lambda v: v >= 1,
-            f"{counts} n_head eval_interval n_eval_episodes log_interval checkpoint_interval",
-        ),
+        ("at least 1", lambda v: v >= 1, positive_counts),
         ("at least 0", lambda v: v >= 0, "seed ent_coef vf_coef"),
         ("positive", lambda v: v > 0, "lr critic_lr clip max_grad_norm huber_delta"),
         ("between 0 and 1", lambda v: 0 <= v <= 1, "gamma gae_lambda"),
@@ -1313,36 +1266,24 @@ def check_args(args: Args):
     """Rejects settings that cannot work, with one line, before the run starts: numeric flags out of range
     (`range_errors`), then combinations."""
     batch = args.episode_length * args.n_rollout_threads
-    problems = [
-        (
-            args.resume is not None and args.eval_checkpoint is not None,
-            "--resume and --eval-checkpoint exclude each other: one trains on, the other only evaluates",
-        ),
-        (
-            args.capture_video and importlib.util.find_spec("imageio_ffmpeg") is None,
-            "--capture-video needs the package imageio-ffmpeg to write mp4 files (pip install imageio-ffmpeg)",
-        ),
-        (
-            args.env_id != "simple_spread_v3" and args.sort_entities,
-            f"--sort-entities applies to simple_spread_v3 only, not {args.env_id}",
-        ),
-        (
-            args.env_id in MPE_SCENARIOS and (args.env_kwargs or args.async_envs),
-            "--env-kwargs and --async-envs apply to envs given by import path; MPE scenarios are batched in torch",
-        ),
-        (
-            args.num_mini_batch < 1 or args.n_rollout_threads % args.num_mini_batch != 0,
+    problems = range_errors(args)
+    if args.resume is not None and args.eval_checkpoint is not None:
+        problems.append("--resume and --eval-checkpoint exclude each other: one trains on, the other only evaluates")
+    if args.capture_video and importlib.util.find_spec("imageio_ffmpeg") is None:
+        problems.append("--capture-video needs imageio-ffmpeg to write mp4 files (pip install imageio-ffmpeg)")
+    if args.env_id != "simple_spread_v3" and args.sort_entities:
+        problems.append(f"--sort-entities applies to simple_spread_v3 only, not {args.env_id}")
+    if args.env_id in MPE_SCENARIOS and (args.env_kwargs or args.async_envs):
+        problems.append("--env-kwargs and --async-envs apply to envs given by import path, not to MPE scenarios")
+    if args.num_mini_batch < 1 or args.n_rollout_threads % args.num_mini_batch != 0:
+        problems.append(
             f"--num-mini-batch {args.num_mini_batch} does not divide --n-rollout-threads {args.n_rollout_threads} "
-            "(a minibatch holds whole envs, so that their sequences stay unbroken)",
-        ),
-        (
-            args.eval_checkpoint is None and args.total_timesteps < batch,
-            f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} env steps)",
-        ),
-    ]
-    messages = range_errors(args) or [message for failed, message in problems if failed]
-    if messages:
-        raise SystemExit(f"error: {messages[0]}")
+            "(a minibatch holds whole envs, so that their sequences stay unbroken)"
+        )
+    if args.eval_checkpoint is None and args.total_timesteps < batch:
+        problems.append(f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} env steps)")
+    if problems:
+        raise SystemExit(f"error: {problems[0]}")
 
 
 def memory_estimate(spec: EnvSpec, args: Args) -> int:
@@ -1427,16 +1368,8 @@ def start_logging(run_dir: str, args: Args, resumed_step: int | None):
     if args.track:
         import wandb
 
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            id=run_name,
-            resume="allow",
-            save_code=True,
-        )
+        names = dict(project=args.wandb_project_name, entity=args.wandb_entity, name=run_name, id=run_name)
+        wandb.init(**names, config=vars(args), sync_tensorboard=True, resume="allow", save_code=True)
     if resumed_step is not None:
         return SummaryWriter(run_dir, purge_step=resumed_step + 1)
     writer = SummaryWriter(run_dir)
@@ -1445,9 +1378,7 @@ def start_logging(run_dir: str, args: Args, resumed_step: int | None):
     return writer
 
 
-def log_iteration(
-    writer, global_step: int, sps: int, seconds: dict, lr: float, losses: dict, episode_returns: np.ndarray, agents
-):
+def log_iteration(writer, global_step: int, sps: int, seconds: dict, lr: float, losses: dict, episode_returns, agents):
     """Writes one iteration's scalars: `seconds` holds the wall-clock time of its rollout (acting, env steps, GAE) and
     of its update; `episode_returns` the mean per-agent returns (n_agents,) of the episodes that ended in it, if any."""
     writer.add_scalar("charts/SPS", sps, global_step)

@@ -5,6 +5,7 @@ import importlib
 import os
 import sys
 import typing
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -333,10 +334,10 @@ def test_gae_matches_reference_loop_with_truncation_and_termination():
     terminated, truncated = np.zeros((T, n), bool), np.zeros((T, n), bool)
     truncated[4, 0] = truncated[11, 1] = truncated[2, 2] = True
     terminated[6, 0] = terminated[11, 2] = terminated[8, 3] = True
-    as_t = lambda x: torch.as_tensor(x)  # noqa: E731
-    adv, ret = m.compute_gae(
-        as_t(rewards), as_t(values), as_t(final_values), as_t(terminated), as_t(truncated), 0.99, 0.95
+    rollout = dict(
+        rewards=rewards, values=values, final_values=final_values, terminated=terminated, truncated=truncated
     )
+    adv, ret = m.compute_gae(SimpleNamespace(**{k: torch.as_tensor(x) for k, x in rollout.items()}), 0.99, 0.95)
     ref_adv, ref_ret = reference_gae(rewards, values, final_values, terminated, truncated, 0.99, 0.95)
     np.testing.assert_allclose(adv.numpy(), ref_adv, rtol=1e-12)
     np.testing.assert_allclose(ret.numpy(), ref_ret, rtol=1e-12)
@@ -369,15 +370,15 @@ def test_value_loss_huber_and_clipping():
     old = torch.tensor([0.0, 0.0, 1.0])
     values = torch.tensor([0.1, 20.0, 0.5])
     alive = torch.ones(3, dtype=torch.bool)
-    plain = m.value_loss_fn(values, old, returns, alive, clip=0.2, huber_delta=10.0, clipped=False)
+    plain = m.value_loss_fn(values, old, returns, alive, m.Args(clipped_value_loss=False))
     expected = [0.5 * 0.1**2, 10.0 * (20.0 - 5.0), 0.5 * 0.5**2]  # quadratic below delta, linear above
     torch.testing.assert_close(plain, torch.tensor(expected).mean())
-    clipped = m.value_loss_fn(values, old, returns, alive, clip=0.2, huber_delta=10.0, clipped=True)
+    clipped = m.value_loss_fn(values, old, returns, alive, m.Args())  # clip 0.2, huber_delta 10
     # clipped predictions 0.1, 0.2, 0.8: the max keeps the larger loss of each element
     expected_clipped = [0.5 * 0.1**2, 10.0 * (20.0 - 5.0), 0.5 * 0.8**2]
     torch.testing.assert_close(clipped, torch.tensor(expected_clipped).mean())
     alive[1] = False
-    clipped = m.value_loss_fn(values, old, returns, alive, clip=0.2, huber_delta=10.0, clipped=True)
+    clipped = m.value_loss_fn(values, old, returns, alive, m.Args())  # clip 0.2, huber_delta 10
     torch.testing.assert_close(clipped, torch.tensor([expected_clipped[0], expected_clipped[2]]).mean())
 
 
@@ -827,9 +828,7 @@ def test_an_agent_who_died_adds_nothing_to_the_update():
             step = envs.step(actions)
             buffer.insert(t, actions, logprobs, step.rewards, step)
         buffer.compute_values(agent, value_norm)
-        advantages, returns = m.compute_gae(
-            buffer.rewards, buffer.values, buffer.final_values, buffer.terminated, buffer.truncated, 0.99, 0.95
-        )
+        advantages, returns = m.compute_gae(buffer, 0.99, 0.95)
     alive = buffer.alive[:-1]
     assert alive[:3].all() and not alive[3:, :, 1].any() and alive[3:, :, [0, 2]].all()
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
@@ -840,7 +839,7 @@ def test_an_agent_who_died_adds_nothing_to_the_update():
         entropy = agent.get_dist(obs).entropy().view_as(alive)[alive].mean()
         values = agent.get_value(obs, state).view_as(alive)[alive]
     old_values, ones = by_hand.normalize(buffer.values[:-1][alive]), torch.ones_like(values, dtype=torch.bool)
-    value_loss = m.value_loss_fn(values, old_values, by_hand.normalize(returns[alive]), ones, 0.2, 10.0, True)
+    value_loss = m.value_loss_fn(values, old_values, by_hand.normalize(returns[alive]), ones, args)
     adv = advantages[alive]
     assert stats["policy_loss"] == pytest.approx(-((adv - adv.mean()) / (adv.std() + 1e-5)).mean().item(), abs=1e-6)
     assert stats["entropy"] == pytest.approx(entropy.item(), rel=1e-6)

@@ -2,6 +2,7 @@
 
 import os
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -274,8 +275,10 @@ def test_gae_and_value_norm_are_those_of_mappo():
     rewards, final_values = torch.randn(T, n_envs, n_agents), torch.randn(T, n_envs, n_agents)
     values = torch.randn(T + 1, n_envs, n_agents)
     terminated, truncated = torch.rand(T, n_envs, n_agents) < 0.2, torch.rand(T, n_envs, n_agents) < 0.2
-    ours = m.compute_gae(rewards, values, final_values, terminated, truncated, 0.99, 0.95)
-    theirs = mappo_mpe.compute_gae(rewards, values, final_values, terminated, truncated, 0.99, 0.95)
+    rollout = SimpleNamespace(
+        rewards=rewards, values=values, final_values=final_values, terminated=terminated, truncated=truncated
+    )
+    ours, theirs = m.compute_gae(rollout, 0.99, 0.95), mappo_mpe.compute_gae(rollout, 0.99, 0.95)
     for a, b in zip(ours, theirs):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
     norm, reference = m.ValueNorm(), mappo_mpe.ValueNorm()

@@ -77,6 +77,6 @@ def test_capture_video_without_imageio_ffmpeg_is_one_error_line(script, monkeypa
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "imageio_ffmpeg" else find_spec(name, *a)
     )
-    with pytest.raises(SystemExit, match="^error: --capture-video needs the package imageio-ffmpeg"):
+    with pytest.raises(SystemExit, match="^error: --capture-video needs imageio-ffmpeg"):
         module.check_args(module.Args(capture_video=True))
     module.check_args(module.Args())
