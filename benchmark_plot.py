@@ -59,7 +59,8 @@ class Args:
     """JSON of the hand-written policies' returns per agent on mpe2, as `reference_policies.py --out` writes it"""
     scaling: bool = False
     """the runs are spread at several team sizes, experiments named SCRIPT_nN (`bash benchmark.sh ALGO scaling`):
-    draw the final return per agent against N, with the hand-written policies, and write scaling.md"""
+    draw the final return per agent against N, with the hand-written policies, and write scaling.md and scaling.json;
+    points of an earlier OUT/scaling.json stay where these runs have no script and N of theirs"""
     out: str = "benchmark"
     """folder for returns_vs_steps.png, returns_vs_time.png, results.md and marl_eval.json"""
 
@@ -292,38 +293,54 @@ def final_returns(seeds: list[Run]) -> tuple[float, float]:
     return float(np.mean(train)), float(np.mean([run.eval_returns[-1] for run in seeds]))
 
 
-def scaling_table(runs: dict[str, dict[int, list[Run]]], policies: dict) -> str:
+def scaling_points(runs: dict[str, dict[int, list[Run]]], earlier: dict) -> dict:
+    """{script: {N: {seeds, env_steps, train, eval}}} of the runs, added to the points of an earlier scaling.json
+    (earlier sessions' runs whose folders were not kept) and replacing them at the same script and N."""
+    points = {script: dict(sizes) for script, sizes in earlier.items()}
+    for script, sizes in runs.items():
+        for n, seeds in sizes.items():
+            train, greedy = final_returns(seeds)
+            steps = min(int(run.steps[-1]) for run in seeds)
+            points.setdefault(script, {})[str(n)] = {
+                "seeds": len(seeds),
+                "env_steps": steps,
+                "train": train,
+                "eval": greedy,
+            }
+    return {script: dict(sorted(sizes.items(), key=lambda e: int(e[0]))) for script, sizes in sorted(points.items())}
+
+
+def scaling_table(points: dict, policies: dict) -> str:
     """One row per script and team size: the final train and greedy returns per agent (mean over seeds), the
     hand-written policies' returns, and the share of the gap from random to scripted that each closes."""
     measured = policies.get("simple_spread_v3", {})
     columns = ["script", "N", "seeds", "env steps", "train", "eval on mpe2", "random", "nearest landmark", "scripted"]
     lines = ["| " + " | ".join([*columns, "gap closed, train / eval"]) + " |"]
     lines.append("|---" * 10 + "|")
-    for script, sizes in runs.items():
-        for n, seeds in sizes.items():
-            train, greedy = final_returns(seeds)
+    for script, sizes in points.items():
+        for n, point in sizes.items():
             ref = {
-                name: measured.get(str(n), {}).get(name, [np.nan])[0]
-                for name in ("random", "nearest landmark", "scripted")
+                name: measured.get(n, {}).get(name, [np.nan])[0] for name in ("random", "nearest landmark", "scripted")
             }
-            closed = [(x - ref["random"]) / (ref["scripted"] - ref["random"]) for x in (train, greedy)]
+            closed = [(point[x] - ref["random"]) / (ref["scripted"] - ref["random"]) for x in ("train", "eval")]
             lines.append(
-                f"| {script} | {n} | {len(seeds)} | {min(r.steps[-1] for r in seeds):,} | {train:.2f} | {greedy:.2f} | "
+                f"| {script} | {n} | {point['seeds']} | {point['env_steps']:,} | {point['train']:.2f} | "
+                f"{point['eval']:.2f} | "
                 + " | ".join(f"{v:.2f}" for v in ref.values())
                 + f" | {closed[0]:.0%} / {closed[1]:.0%} |"
             )
     return "\n".join(lines) + "\n"
 
 
-def plot_scaling(runs: dict[str, dict[int, list[Run]]], policies: dict, path: str) -> None:
+def plot_scaling(points: dict, policies: dict, path: str) -> None:
     """Final return per agent against the team size: each script's train (solid) and greedy (dashed) returns, the
     hand-written policies as gray lines."""
     fig = Figure(figsize=(6, 4.5), layout="constrained")
     ax = fig.subplots()
-    for i, (script, sizes) in enumerate(runs.items()):
-        train, greedy = zip(*(final_returns(seeds) for seeds in sizes.values()))
-        ax.plot(list(sizes), train, "o-", color=f"C{i}", label=f"{script}, train")
-        ax.plot(list(sizes), greedy, "s--", color=f"C{i}", label=f"{script}, greedy on mpe2")
+    for i, (script, sizes) in enumerate(points.items()):
+        n_agents = [int(n) for n in sizes]
+        ax.plot(n_agents, [p["train"] for p in sizes.values()], "o-", color=f"C{i}", label=f"{script}, train")
+        ax.plot(n_agents, [p["eval"] for p in sizes.values()], "s--", color=f"C{i}", label=f"{script}, greedy on mpe2")
     measured = policies.get("simple_spread_v3", {})
     sizes = sorted(int(n) for n in measured)
     for name in ("random", "nearest landmark", "scripted"):
@@ -355,9 +372,16 @@ def main(args: Args) -> None:
             policies = json.load(f)
     os.makedirs(args.out, exist_ok=True)
     if args.scaling:
-        runs = team_size_runs(grid)
-        plot_scaling(runs, policies, os.path.join(args.out, "returns_vs_agents.png"))
-        table = scaling_table(runs, policies)
+        points_path = os.path.join(args.out, "scaling.json")
+        earlier = {}
+        if os.path.exists(points_path):
+            with open(points_path) as f:
+                earlier = json.load(f)
+        points = scaling_points(team_size_runs(grid), earlier)
+        with open(points_path, "w") as f:
+            json.dump(points, f, indent=1)
+        plot_scaling(points, policies, os.path.join(args.out, "returns_vs_agents.png"))
+        table = scaling_table(points, policies)
         with open(os.path.join(args.out, "scaling.md"), "w") as f:
             f.write(table)
         print(table, end="")

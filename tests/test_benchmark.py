@@ -220,7 +220,8 @@ def test_main_writes_figures_table_and_marl_eval_json(grid_dir, capsys):
 
 def test_scaling_table_and_figure_from_runs_at_several_team_sizes(tmp_path, capsys):
     """Runs named SCRIPT_nN: ordered by N (10 after 3), the final train return is the mean of the last 10% of logs
-    (3 of 30), greedy the last evaluation, and the gap closed is measured from random to scripted."""
+    (3 of 30), greedy the last evaluation, and the gap closed is measured from random to scripted. The points of an
+    earlier scaling.json stay beside them, except where a run replaces one."""
     write_run(tmp_path / "runs", "simple_spread_v3", "a_n10", 1, np.full(30, -40.0), 10, 1000.0, 0.5)
     write_run(tmp_path / "runs", "simple_spread_v3", "a_n3", 1, np.linspace(-30, -1, 30), 3, 1000.0, 0.5)
     write_run(tmp_path / "runs", "simple_spread_v3", "a_n3", 2, np.linspace(-32, -3, 30), 3, 1000.0, 0.5)
@@ -237,18 +238,31 @@ def test_scaling_table_and_figure_from_runs_at_several_team_sizes(tmp_path, caps
     assert train == pytest.approx(-3.0)  # the last 3 logs: seed 1's -3, -2, -1 and seed 2's -5, -4, -3
     assert greedy == pytest.approx(-1.0)  # the last evaluations, 1 above the last logs: 0 and -2
     out = tmp_path / "out"
+    out.mkdir()
+    earlier = {"a": {"3": {"seeds": 1, "env_steps": 9, "train": 0.0, "eval": 0.0}}, "b": {"6": {"seeds": 1}}}
+    earlier["b"]["6"] |= {"env_steps": 2_000_000, "train": -20.0, "eval": -15.0}
+    (out / "scaling.json").write_text(json.dumps(earlier))
     bp.main(
         bp.Args(
             runs=str(tmp_path / "runs"), reference_policies=str(tmp_path / "policies.json"), scaling=True, out=str(out)
         )
     )
     table = (out / "scaling.md").read_text()
+    points = json.loads((out / "scaling.json").read_text())
+    assert {script: list(sizes) for script, sizes in points.items()} == {"a": ["3", "10"], "b": ["6"]}
+    assert points["a"]["3"] == {
+        "seeds": 2,
+        "env_steps": 24_000,
+        "train": pytest.approx(-3.0),
+        "eval": pytest.approx(-1.0),
+    }
     write_run(tmp_path / "runs", "simple_spread_v3", "mappo_mpe", 1, np.full(30, -40.0), 3, 1000.0, 0.5)
     with pytest.raises(SystemExit, match="named SCRIPT_nN .*, not mappo_mpe$"):
         bp.team_size_runs(bp.read_grid(tmp_path / "runs"))
     assert table == capsys.readouterr().out and (out / "returns_vs_agents.png").read_bytes()[:4] == b"\x89PNG"
     assert table.splitlines()[2] == "| a | 3 | 2 | 24,000 | -3.00 | -1.00 | -27.00 | -16.00 | -7.00 | 120% / 130% |"
     assert table.splitlines()[3] == "| a | 10 | 1 | 24,000 | -40.00 | -39.00 | -55.00 | -33.00 | -20.00 | 43% / 46% |"
+    assert table.splitlines()[4] == "| b | 6 | 1 | 2,000,000 | -20.00 | -15.00 | nan | nan | nan | nan% / nan% |"
 
 
 def test_main_without_runs_is_one_error_line(tmp_path):
