@@ -295,7 +295,7 @@ def final_returns(seeds: list[Run]) -> tuple[float, float]:
 
 def scaling_points(runs: dict[str, dict[int, list[Run]]], earlier: dict) -> dict:
     """{script: {N: {seeds, env_steps, train, eval}}} of the runs, added to the points of an earlier scaling.json
-    (earlier sessions' runs whose folders were not kept) and replacing them at the same script and N."""
+    (runs whose folders were not kept); a run replaces the earlier point of its script and N."""
     points = {script: dict(sizes) for script, sizes in earlier.items()}
     for script, sizes in runs.items():
         for n, seeds in sizes.items():

@@ -239,8 +239,10 @@ def test_scaling_table_and_figure_from_runs_at_several_team_sizes(tmp_path, caps
     assert greedy == pytest.approx(-1.0)  # the last evaluations, 1 above the last logs: 0 and -2
     out = tmp_path / "out"
     out.mkdir()
-    earlier = {"a": {"3": {"seeds": 1, "env_steps": 9, "train": 0.0, "eval": 0.0}}, "b": {"6": {"seeds": 1}}}
-    earlier["b"]["6"] |= {"env_steps": 2_000_000, "train": -20.0, "eval": -15.0}
+    earlier = {
+        "a": {"3": {"seeds": 1, "env_steps": 9, "train": 0.0, "eval": 0.0}},
+        "b": {"6": {"seeds": 1, "env_steps": 2_000_000, "train": -20.0, "eval": -15.0}},
+    }
     (out / "scaling.json").write_text(json.dumps(earlier))
     bp.main(
         bp.Args(
