@@ -152,8 +152,8 @@ PRESETS = {
         "simple_reference_v3": {"ppo_epoch": 15, "activation": "relu"},
     },
 }
-# With `--continuous-actions`, laid over PRESETS as well (continuous_actions.md): on spread a smaller entropy bonus
-# lets the Gaussian's std leave its bound, and this script learned more with it, in training and in evaluation.
+# With `--continuous-actions`, laid over PRESETS as well (continuous_actions.md): on spread this script learned more
+# with a smaller entropy bonus (measured while the Gaussian's mean was held inside the box, not since).
 CONTINUOUS_PRESETS = {"official": {}, "tuned": {"simple_spread_v3": {"ent_coef": 0.003}}}
 
 
@@ -196,27 +196,30 @@ def mlp_net(in_dim: int, out_dim: int, out_gain: float, args: Args) -> nn.Sequen
 
 
 class Gaussian(Normal):
-    """Diagonal Gaussian over zero-padded action vectors (..., action_dim): dimensions an agent lacks (`dims` False)
-    are zero in its samples and add nothing to its log-probabilities and entropies, summed over the dimensions (one
-    PPO ratio per agent, as for discrete actions). The env clips actions into the box [0, 1], which bounds both
-    parameters. The mean is sigmoid(`out`): beyond a face, nearly every sample would give the env that face, so the
-    returns would say nothing about the mean and it would drift further (the recurrent actor's did). The std is
-    sigmoid(`std_logit`), at most the box's width: the entropy bonus sees the unclipped Gaussian, whose entropy grows
-    with its std without bound, while a wider one only puts more actions on the faces (unbounded, it kept widening)."""
+    """Diagonal Gaussian over zero-padded action vectors (..., action_dim), clipped into the action box [0, 1]:
+    dimensions an agent lacks (`dims` False) are zero in its samples and add nothing to its log-probabilities and
+    entropies, summed over the dimensions (one PPO ratio per agent, as for discrete actions). The policy clips its own
+    samples and scores one on a face by the mass beyond it (the censored Gaussian of clipped-action policy gradient,
+    Fujita and Maeda 2018): a mean beyond a face then acts there without noise (a speaker's clear message), and its
+    gradient, through that mass alone, fades far out, so it does not drift away as it did when only the env clipped.
+    The mean is 0.5 + `out`; the std is sigmoid(`std_logit`), at most the box's width: the entropy bonus sees the
+    unclipped Gaussian, whose entropy grows with its std without bound (unbounded, it kept widening)."""
 
     def __init__(self, out: torch.Tensor, std_logit: torch.Tensor, dims: torch.Tensor):
-        super().__init__(torch.sigmoid(out), torch.sigmoid(std_logit).expand_as(out), validate_args=False)
+        super().__init__(out + 0.5, torch.sigmoid(std_logit).expand_as(out), validate_args=False)
         self.dims = dims
 
     def sample(self) -> torch.Tensor:
-        return super().sample() * self.dims
+        return super().sample().clamp(0.0, 1.0) * self.dims
 
     @property
     def mode(self) -> torch.Tensor:
-        return self.mean * self.dims
+        return self.mean.clamp(0.0, 1.0) * self.dims
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
-        return (super().log_prob(actions) * self.dims).sum(-1)
+        below, above = (torch.special.log_ndtr(z / self.stddev) for z in (-self.mean, self.mean - 1.0))  # P(face)
+        log_prob = torch.where(actions <= 0.0, below, torch.where(actions >= 1.0, above, super().log_prob(actions)))
+        return (log_prob * self.dims).sum(-1)
 
     def entropy(self) -> torch.Tensor:
         return (super().entropy() * self.dims).sum(-1)
@@ -224,7 +227,7 @@ class Gaussian(Normal):
 
 def action_distribution(out: torch.Tensor, avail_actions: torch.Tensor, std_logit: torch.Tensor | None):
     """The one place that tells discrete from continuous actions. Discrete (`std_logit` None): a categorical on
-    the logits `out` with unavailable actions at zero probability. Continuous: a Gaussian with mean sigmoid(`out`).
+    the logits `out` with unavailable actions at zero probability. Continuous: a clipped Gaussian, mean 0.5 + `out`.
     Either way `sample()`, `mode`, `log_prob(actions)` and `entropy()` give one value per agent."""
     if std_logit is None:
         return Categorical(logits=out.masked_fill(~avail_actions, -1e10), validate_args=False)
@@ -271,7 +274,7 @@ class Agent(nn.Module):
         n_actors = n_agents if args.separate_actors else 1
         self.actors = nn.ModuleList(mlp_net(actor_in, spec.action_dim, 0.01, args) for _ in range(n_actors))
         self.register_parameter("actor_std_logit", None)  # discrete actions have none
-        if spec.continuous:  # the mean starts at sigmoid(0) = 0.5, the centre of the box, the std at sigmoid(2) = 0.88
+        if spec.continuous:  # the mean starts near 0.5, the centre of the box, the std at sigmoid(2) = 0.88
             self.actor_std_logit = nn.Parameter(torch.full((n_actors, spec.action_dim), 2.0))
         # EP: one critic pass per env on the shared state, with one value head per agent (agents' returns
         # differ without --team-reward). FP/AS: one pass per agent on an agent-specific state.
@@ -373,7 +376,7 @@ class RolloutBuffer:
         self.state = zeros(T + 1, n_envs, spec.state_dim)
         self.alive = torch.ones(T + 1, n_envs, n_agents, dtype=torch.bool, device=device)  # in the episode at t
         self.values = zeros(T + 1, n_envs, n_agents)  # denormalized: on the scale of the returns
-        if spec.continuous:  # the unclipped samples, zero-padded
+        if spec.continuous:  # the samples, clipped into the box and zero-padded
             self.actions = zeros(T, n_envs, n_agents, spec.action_dim)
         else:
             self.actions = zeros(T, n_envs, n_agents, dtype=torch.long)
@@ -803,7 +806,7 @@ class BatchedMPE:
 
     def step(self, actions: torch.Tensor) -> StepResult:
         """Every env one step on, with actions (n_envs, n_agents), or action vectors (n_envs, n_agents, action_dim)
-        clipped into [0, 1] here (the rollout buffer keeps the unclipped sample). mpe2's order: forces from the
+        clipped into [0, 1] here, as mpe2 clips them (the policies clip their own). mpe2's order: forces from the
         actions and the contacts, the agents move and messages are set, then rewards and observations are read."""
         if self.continuous:
             if not torch.isfinite(actions).all():

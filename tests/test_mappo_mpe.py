@@ -240,9 +240,17 @@ def test_discrete_actions_keep_the_masked_categorical():
     torch.testing.assert_close(dist.mode, reference.probs.argmax(-1), atol=0, rtol=0)
 
 
+def censored_log_prob(mean: torch.Tensor, std: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """Reference, per dimension in float64: the Gaussian's density inside (0, 1), its mass below 0 for an action at
+    0 and its mass above 1 for an action at 1."""
+    normal = torch.distributions.Normal(mean.double(), std.double())
+    at_0, at_1 = normal.cdf(torch.zeros(())).log(), (1 - normal.cdf(torch.ones(()))).log()
+    return torch.where(actions == 0, at_0, torch.where(actions == 1, at_1, normal.log_prob(actions.double())))
+
+
 def test_gaussian_padded_dimensions_change_nothing():
     """Speaker (3 dims) and listener (5): the speaker's 2 padded dims are zero in samples and in the mode, and add
-    nothing to log-probabilities or entropies, which equal per-agent Gaussians over the real dims alone."""
+    nothing to log-probabilities or entropies, which equal per-agent clipped Gaussians over the real dims alone."""
     spec = env_spec("simple_speaker_listener_v4", continuous_actions=True)
     torch.manual_seed(0)
     agent = m.Agent(spec, m.Args(separate_actors=True))
@@ -257,12 +265,13 @@ def test_gaussian_padded_dimensions_change_nothing():
         entropy = dist.entropy()
     assert actions.shape == (512, 2, 5) and torch.all(actions[:, 0, 3:] == 0) and torch.all(greedy[:, 0, 3:] == 0)
     torch.testing.assert_close(dist.log_prob(padded), logprobs, atol=0, rtol=0)
-    torch.testing.assert_close(greedy[:, 1], dist.mean[:, 1], atol=0, rtol=0)
+    torch.testing.assert_close(greedy[:, 1], dist.mean[:, 1].clamp(0, 1), atol=0, rtol=0)
     std = torch.sigmoid(agent.actor_std_logit)
     for i, d in enumerate([3, 5]):
-        own = torch.distributions.Normal(dist.mean[:, i, :d], std[i, :d])
-        torch.testing.assert_close(logprobs[:, i], own.log_prob(actions[:, i, :d]).sum(-1), atol=1e-5, rtol=0)
-        torch.testing.assert_close(entropy[:, i], own.entropy().sum(-1), atol=1e-5, rtol=0)
+        reference = censored_log_prob(dist.mean[:, i, :d], std[i, :d], actions[:, i, :d]).sum(-1).float()
+        torch.testing.assert_close(logprobs[:, i], reference, atol=1e-5, rtol=0)
+        own_entropy = torch.distributions.Normal(dist.mean[:, i, :d], std[i, :d]).entropy().sum(-1)
+        torch.testing.assert_close(entropy[:, i], own_entropy, atol=1e-5, rtol=0)
 
 
 def test_continuous_policy_starts_in_the_middle_of_the_box():
@@ -274,17 +283,26 @@ def test_continuous_policy_starts_in_the_middle_of_the_box():
     assert agent.actor_std_logit.shape == (1, 5)  # shared actor: one std per action dimension
 
 
-def test_gaussian_mean_is_bounded_to_the_action_box():
-    """The mean is sigmoid of the network's output, so however far the output goes the mean stays in [0, 1]
-    (where the env's clip keeps every action) and a sample's log-probability is that of N(sigmoid(out), std)."""
-    out = torch.tensor([[-1e4, -3.0, 0.0, 3.0, 1e4]])
+def test_gaussian_is_clipped_into_the_box_and_scored_as_censored():
+    """Samples and the greedy action lie in [0, 1]; an action on a face has the log of the Gaussian's mass beyond
+    it, and samples land on each face as often as that mass says. A mean far beyond a face acts there without
+    noise and gets (almost) no gradient, so nothing pushes it further out."""
+    out = torch.tensor([[-3.0, -0.4, 0.0, 0.3, 3.0]], requires_grad=True)
     std_logit = torch.tensor([0.0, 1.0, 2.0, -1.0, 0.5])
     dist = m.action_distribution(out, torch.ones(1, 5, dtype=torch.bool), std_logit)
-    assert torch.all((dist.mean >= 0) & (dist.mean <= 1)) and dist.mean[0, 0] == 0 and dist.mean[0, 4] == 1
-    torch.testing.assert_close(dist.mean, torch.sigmoid(out), atol=0, rtol=0)
-    actions = torch.tensor([[0.2, -0.5, 0.5, 1.5, 1.0]])
-    reference = torch.distributions.Normal(torch.sigmoid(out), torch.sigmoid(std_logit)).log_prob(actions).sum(-1)
-    torch.testing.assert_close(dist.log_prob(actions), reference, atol=0, rtol=0)
+    torch.testing.assert_close(dist.mean, out + 0.5, atol=0, rtol=0)
+    torch.testing.assert_close(dist.mode, torch.tensor([[0.0, 0.1, 0.5, 0.8, 1.0]]), atol=1e-6, rtol=0)
+    torch.manual_seed(0)
+    samples = m.action_distribution(out.expand(200_000, 5), torch.ones(1, 5, dtype=torch.bool), std_logit).sample()
+    assert samples.min() == 0 and samples.max() == 1
+    for actions in (torch.tensor([[0.0, 0.0, 0.3, 1.0, 1.0]]), torch.tensor([[0.2, 1.0, 0.0, 0.9, 0.5]])):
+        reference = censored_log_prob(dist.mean, torch.sigmoid(std_logit), actions).sum(-1).float()
+        torch.testing.assert_close(dist.log_prob(actions), reference, atol=1e-5, rtol=0)
+    at_face = torch.where(dist.mean < 0.5, samples == 0, samples == 1).float().mean(0)
+    face_mass = censored_log_prob(dist.mean, torch.sigmoid(std_logit), (dist.mean >= 0.5).float()).exp().float()
+    torch.testing.assert_close(at_face, face_mass[0].detach(), atol=3e-3, rtol=0)
+    dist.log_prob(torch.tensor([[0.0, 0.0, 0.0, 1.0, 1.0]])).backward()
+    assert abs(out.grad[0, 0]) < 1e-3 and abs(out.grad[0, 4]) < 1e-3 and abs(out.grad[0, 1]) > 0.1
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -385,7 +403,7 @@ def test_value_loss_huber_and_clipping():
 @pytest.mark.parametrize("continuous", [False, True])
 def test_first_ppo_epoch_starts_on_policy(continuous):
     """Before any update the new policy is the old one: ratio 1, clipfrac 0 in the first minibatch (for continuous
-    actions: the log-probability of the stored, unclipped sample is recomputed exactly)."""
+    actions: the censored log-probability of the stored, clipped sample is recomputed exactly)."""
     torch.manual_seed(0)
     spec = env_spec(continuous_actions=continuous)
     args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0, continuous_actions=continuous)
