@@ -274,14 +274,11 @@ class DecodeBlock(nn.Module):
 
 
 class Gaussian(Normal):
-    """Diagonal Gaussian over zero-padded action vectors (..., action_dim), clipped into the action box [0, 1]:
-    dimensions an agent lacks (`dims` False) are zero in its samples and add nothing to its log-probabilities and
-    entropies, summed over the dimensions (one PPO ratio per agent, as for discrete actions). The policy clips its own
-    samples and scores one on a face by the mass beyond it (the censored Gaussian of clipped-action policy gradient,
-    Fujita and Maeda 2018): a mean beyond a face then acts there without noise (a speaker's clear message), and its
-    gradient, through that mass alone, fades far out, so it does not drift away as it did when only the env clipped.
-    The mean is 0.5 + `out`; the std is sigmoid(`std_logit`), at most the box's width: the entropy bonus sees the
-    unclipped Gaussian, whose entropy grows with its std without bound (unbounded, it kept widening)."""
+    """Diagonal Gaussian over zero-padded action vectors (..., action_dim), clipped into the box [0, 1] by the policy:
+    dims an agent lacks (`dims` False) are zero and add nothing to its log-probabilities and entropies, summed over the
+    dims (one PPO ratio per agent). An action on a face scores the mass beyond it (censored Gaussian, Fujita and Maeda
+    2018): a mean beyond a face acts there without noise and, its gradient fading far out, does not drift. Mean 0.5 +
+    `out`; std sigmoid(`std_logit`), at most the box's width (the bonus sees the unclipped Gaussian's entropy)."""
 
     def __init__(self, out: torch.Tensor, std_logit: torch.Tensor, dims: torch.Tensor):
         super().__init__(out + 0.5, torch.sigmoid(std_logit).expand_as(out), validate_args=False)
