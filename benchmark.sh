@@ -14,8 +14,13 @@
 #   bash benchmark.sh ALGO official-task  # spread, 500k steps, on the task of the official codes' MPE copy
 #   bash benchmark.sh ALGO resume     # spread 600k straight, and stopped by SIGTERM at 300k then resumed: equal?
 #   bash benchmark.sh ALGO sweep      # the settings screen: spread, 500k steps per setting, JOBS (2) side by side
+#   bash benchmark.sh ALGO devices    # SPS and per-phase times on the CPU and with --cuda (and torch.compile) at
+#                                     # THREADS (32 512 4096) rollout threads, one run at a time (see devices())
+#   bash benchmark.sh ALGO threads    # SPS alone and two runs side by side, one torch thread against one per core
 #   bash benchmark.sh ALGO scaling    # spread with N_AGENTS ("1 2 3 4 6 8 10") agents, 2M steps each, JOBS side by
 #                                     # side; then the final return against N of every script run so (bench/scaling)
+#   bash benchmark.sh panel           # the panel of envs nobody tuned for, with the defaults (PANEL, SCRIPTS, SEEDS,
+#                                     # BUDGET, JOBS; see panel()), into bench/panel and bench/panel.log
 #   bash benchmark.sh grid [OPTIONS]  # scripts x scenarios x seeds with --preset tuned, then plots and a table
 #   bash benchmark.sh --print-commands [OPTIONS]  # the grid's training commands, one per line, nothing else
 #   bash benchmark.sh absolute RUN_DIR...  # the absolute metric of these finished runs (the grid measures its own)
@@ -47,13 +52,14 @@ script_of() {  # the script file of ALGO $1, or nothing
 }
 
 usage() {
-  echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume|sweep|scaling|versus REV, bash benchmark.sh mat acting|critic, bash benchmark.sh grid|--print-commands [OPTIONS], bash benchmark.sh absolute RUN_DIR..."
+  echo "usage: bash benchmark.sh mappo|rnn|mat|mat_ep speed|spread|partial|listener|reference|spread-continuous|listener-continuous|official-task|env-rate|resume|sweep|scaling|devices|threads|versus REV, bash benchmark.sh mat acting|critic, bash benchmark.sh grid|--print-commands [OPTIONS], bash benchmark.sh absolute RUN_DIR..., bash benchmark.sh panel"
   exit 2
 }
 
 algo="${1:-}"
 script="../$(script_of "$algo")"
-if [ "$script" = ../ ] && [ "$algo" != grid ] && [ "$algo" != --print-commands ] && [ "$algo" != absolute ]; then
+if [ "$script" = ../ ] && [ "$algo" != grid ] && [ "$algo" != --print-commands ] && [ "$algo" != absolute ] &&
+  [ "$algo" != panel ]; then
   usage
 fi
 
@@ -309,13 +315,151 @@ for round in (1, 2):
 PY
 }
 
+devices() {  # the same command on the CPU and with --cuda (DEVICES: "cpu cuda") at each of THREADS (32 512 4096) rollout
+  # threads, with --cuda also with --compile (MODES: "eager compile"), ITERATIONS (12) iterations a run, evaluating only
+  # after the first and the last; then a table of SPS and per-phase times of every such run in bench/runs
+  local n device mode name iterations="${ITERATIONS:-12}"
+  mkdir -p devices
+  for n in ${THREADS:-32 512 4096}; do
+    for device in ${DEVICES:-cpu cuda}; do
+      for mode in $([ "$device" = cuda ] && echo "${MODES:-eager compile}" || echo eager); do
+        name="${algo}_devices_${device}_${n}_${mode}"
+        timeout "${RUN_TIMEOUT:-300}" python "$script" --exp-name "$name" --n-rollout-threads "$n" \
+          --total-timesteps $(( n * 25 * iterations )) --eval-interval 1000000000000 \
+          $([ "$device" = cuda ] && echo --cuda) $([ "$mode" = compile ] && echo --compile) > "devices/$name.log" 2>&1 \
+          || echo "$name failed: $(tail -1 "devices/$name.log")"
+      done
+    done
+  done
+  python - "$algo" <<'PY'
+import glob, os, statistics, sys
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+algo = sys.argv[1]
+gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+print(f"{algo}: {gpu}, {os.cpu_count()} CPU cores, torch {torch.__version__} ({torch.get_num_threads()} threads)")
+print("| device | threads | compile | SPS | steady SPS | rollout ms | update ms |")
+print("|---|---|---|---|---|---|---|")
+for run in sorted(glob.glob(f"runs/*__{algo}_devices_*"), key=os.path.getmtime):
+    _, device, n, mode = run.split("__")[1].rsplit("_", 3)
+    events = EventAccumulator(run, size_guidance={"scalars": 0})
+    events.Reload()
+    if "perf/update_ms" not in events.Tags()["scalars"]:
+        continue
+    later = lambda tag: [e.value for e in events.Scalars(tag)][len(events.Scalars(tag)) // 3 :]  # noqa: E731
+    rollout, update = statistics.median(later("perf/rollout_ms")), statistics.median(later("perf/update_ms"))
+    sps, steady = events.Scalars("charts/SPS")[-1].value, int(n) * 25 / (rollout + update) * 1000
+    print(f"| {device} | {n} | {mode} | {sps:,.0f} | {steady:,.0f} | {rollout:.1f} | {update:.1f} |")
+PY
+}
+
+threads() {  # SPS of one run alone and of two side by side, with --n-training-threads 1 (the default) and with one
+  # torch thread per core (torch's own default, the scripts' before the flag): spread with --preset tuned on the
+  # batched env (96k steps), then mpe2's spread on the generic path (19,200 steps); OMP_NUM_THREADS unset
+  local path threads steps flags k
+  unset OMP_NUM_THREADS
+  mkdir -p threads
+  echo "| env path | torch threads | alone: SPS | side by side: SPS of each | slowdown |"
+  echo "|---|---|---|---|---|"
+  for path in batched generic; do
+    flags=(--preset tuned --total-timesteps 96000)
+    [ "$path" = generic ] && flags=(--env-id mpe2.simple_spread_v3 --total-timesteps 19200)
+    for threads in 1 "$(nproc)"; do
+      for k in 0 1 2; do  # run 0 alone, then runs 1 and 2 side by side
+        python "$script" "${flags[@]}" --n-training-threads "$threads" --eval-interval 1000000000 \
+          --exp-name "${algo}_threads" > "threads/${path}_${threads}_$k.log" 2>&1 &
+        [ "$k" = 1 ] || wait
+      done
+      python - "$path" "$threads" <<'PY'
+import re, sys
+path, threads = sys.argv[1:]
+sps = [int(re.findall(r"SPS +(\d+)", open(f"threads/{path}_{threads}_{k}.log").read())[-1]) for k in range(3)]
+print(f"| {path} | {threads} | {sps[0]:,} | {sps[1]:,} / {sps[2]:,} | {2 * sps[0] / (sps[1] + sps[2]):.2f}x |")
+PY
+    done
+  done
+}
+
+panel_env() {  # the --env-id and --env-kwargs of panel env $1
+  case "$1" in
+    spread) echo "--env-id mpe2.simple_spread_v3" ;;
+    multiwalker) echo "--env-id pettingzoo.sisl.multiwalker_v9" ;;
+    kaz) echo "--env-id pettingzoo.butterfly.knights_archers_zombies_v11" ;;
+    pursuit) echo "--env-id pettingzoo.sisl.pursuit_v5" ;;
+    halfcheetah) echo "--env-id gymnasium_robotics.mamujoco_v1 --env-kwargs scenario HalfCheetah agent_conf 2x3" ;;
+  esac
+}
+
+panel() {  # PANEL ("spread multiwalker kaz pursuit halfcheetah") x SCRIPTS ("mappo rnn mat mat_ep") x SEEDS ("1") with
+  # the defaults an env without a preset gets (no flag but the env's own), BUDGET (500000) env steps, JOBS (2) side by
+  # side, skipping finished runs; each env's uniformly random policy first (20 episodes); then a table in bench/panel
+  local env name s run jobs="${JOBS:-2}"
+  mkdir -p panel/logs
+  cd panel
+  for env in ${PANEL:-spread multiwalker kaz pursuit halfcheetah}; do
+    [ -f "logs/random_$env.log" ] || panel_random $(panel_env "$env") > "logs/random_$env.log" 2>&1
+    for name in ${SCRIPTS:-mappo rnn mat mat_ep}; do
+      for s in ${SEEDS:-1}; do
+        run="panel_${env}_${name}_$s"
+        grep -q "^run in " "logs/$run.log" 2>/dev/null && continue
+        while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+        python "$here/$(script_of "$name")" $(panel_env "$env") --seed "$s" --total-timesteps "${BUDGET:-500000}" \
+          --exp-name "$run" > "logs/$run.log" 2>&1 &
+      done
+    done
+  done
+  wait
+  python - <<'PY'
+import glob, os, re
+import numpy as np
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+print("| env | random | script | seed | env steps | train (last 10% of episodes) | eval (last) |")
+print("|---|---|---|---|---|---|---|")
+for log in sorted(glob.glob("logs/panel_*.log"), key=os.path.getmtime):
+    env, name, seed = os.path.basename(log)[len("panel_") : -len(".log")].rsplit("_", 2)
+    runs = glob.glob(f"runs/*__panel_{env}_{name}_{seed}__*")
+    random = (re.findall(r"random ([-\d.]+)", open(f"logs/random_{env}.log").read()) or ["?"])[-1]
+    if not runs:
+        continue
+    events = EventAccumulator(runs[0], size_guidance={"scalars": 0})
+    events.Reload()
+    scalars = events.Tags()["scalars"]
+    train = [e.value for e in events.Scalars("charts/episodic_return")] if "charts/episodic_return" in scalars else []
+    evals = events.Scalars("eval/episodic_return") if "eval/episodic_return" in scalars else []
+    last = np.mean(train[-max(1, len(train) // 10) :]) if train else float("nan")
+    steps = evals[-1].step if evals else 0
+    print(f"| {env} | {random} | {name} | {seed} | {steps:,} | {last:.2f} | {evals[-1].value if evals else float('nan'):.2f} |")
+PY
+}
+
+panel_random() {  # "random R": the mean per-agent return of 20 episodes of uniformly random actions in the env named
+  # by the flags given (--env-id ID [--env-kwargs K V ...])
+  python - "$here" "$@" <<'PY'
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import mappo_mpe as m
+args = m.parse_args(sys.argv[2:])
+env = m.make_env(args.env_id, m.scenario_kwargs(args))
+returns = []
+for episode in range(20):
+    env.reset(seed=episode)
+    total = {a: 0.0 for a in env.possible_agents}
+    while env.agents:
+        _, rewards, _, _, _ = env.step({a: env.action_space(a).sample() for a in env.agents})
+        for a, r in rewards.items():
+            total[a] += r
+    returns.append(np.mean(list(total.values())))
+print(f"random {np.mean(returns):.2f} (std {np.std(returns):.2f}, 20 episodes)")
+PY
+}
+
 scaling() {  # spread with --preset tuned at each team size of N_AGENTS, 2M env steps, JOBS at a time, skipping finished
   # runs; then the figure and table of every script's runs in bench/scaling, with the hand-written policies
   local jobs="${JOBS:-2}" name n run
   name="$(basename "$script" .py)"
   mkdir -p scaling/logs
   cd scaling
-  export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
   for n in ${N_AGENTS:-1 2 3 4 6 8 10}; do
     run="simple_spread_v3__${name}_n${n}__${seed}"
     grep -q "^run in " "logs/$run.log" 2>/dev/null && continue
@@ -494,8 +638,6 @@ grid() {  # runs the grid in bench/grid_BUDGET, jobs at a time, skipping the run
   mkdir -p "grid_$budget/logs"
   cd "grid_$budget"
   env_info > env_info.json  # first, while the CPU is idle
-  local cores; cores=$(nproc)
-  export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( cores > jobs ? cores / jobs : 1 ))}"  # torch threads per run: the cores shared out
   local start=$SECONDS scenario name s run
   while read -r scenario name s; do
     run="$(env_id_of "$scenario")__$(basename "$(script_of "$name")" .py)__$s"  # the run folder's name, less its time
@@ -516,6 +658,7 @@ if [ "$algo" = mappo ] || [ "$algo" = rnn ]; then  # as the official MAPPO runs 
 fi
 
 case "$algo" in
+  panel) panel | tee "panel.log"; exit ;;
   grid) grid_options "${@:2}"; grid | tee "grid_$budget.log"; exit ;;
   --print-commands)
     grid_options "${@:2}"
@@ -564,6 +707,8 @@ case "${2:-}" in
   resume) stop_and_resume 2>&1 | tee "${algo}_resume.log" ;;
   sweep) sweep | tee "${algo}_sweep.log" ;;
   scaling) scaling ;;
+  threads) threads | tee "${algo}_threads.log" ;;
+  devices) devices 2>&1 | tee "${algo}_devices.log" ;;
   official-task)
     official_task 2>&1 | tee "${algo}_official_task.log"
     curve "__${algo}_official_task__" | tee -a "${algo}_official_task.log"

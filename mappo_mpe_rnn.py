@@ -45,6 +45,8 @@ class Args:
     """if toggled, `torch.backends.cudnn.deterministic=True`"""
     cuda: bool = False
     """if toggled, use the GPU when one is available"""
+    n_training_threads: int = 1
+    """torch threads on the CPU (the official --n_training_threads): with 1, runs side by side keep their speed"""
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "mappo-mpe"
@@ -583,6 +585,7 @@ def main(args: Args) -> dict:
     check_args(args)
     device = select_device(args.cuda)
     torch.manual_seed(args.seed)
+    torch.set_num_threads(args.n_training_threads)  # torch's default takes every core, in every process
     torch.backends.cudnn.deterministic = args.torch_deterministic
     if args.eval_checkpoint is not None:
         run_evaluation_only(args, device)
@@ -654,6 +657,8 @@ def main(args: Args) -> dict:
             # 4. Log the iteration
             sps = int((global_step - start_step) / (time.time() - start_time))
             ended_returns = episode_returns.pop()  # (n_agents,) mean returns of this rollout's episodes, or None
+            if ended_returns is not None:
+                progress.train_return = float(ended_returns.mean())
             lr = optimizer.param_groups[0]["lr"]
             log_iteration(writer, global_step, sps, seconds, lr, losses, ended_returns, envs.spec.agents)
 
@@ -670,9 +675,8 @@ def main(args: Args) -> dict:
                         save_checkpoint(f"{run_dir}/best_model.pt", agent, value_norm, optimizer, args, global_step)
 
             if progress.due("log", args.log_interval) or last:
-                train_return = float("nan") if ended_returns is None else ended_returns.mean()
                 total_steps = num_iterations * T * n_envs
-                print(progress_line(global_step, total_steps, sps, train_return, progress.eval_return, losses))
+                print(progress_line(global_step, total_steps, sps, progress.train_return, progress.eval_return, losses))
 
             # 6. A training checkpoint to resume from
             if progress.due("checkpoint", args.checkpoint_interval) or last or stop.signal is not None:
@@ -700,6 +704,7 @@ def main(args: Args) -> dict:
 # ====================================================================================================
 
 MPE_SCENARIOS = ("simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4")  # batched in torch
+MAX_INPUTS = 4096  # numbers in an observation or state the networks take, flattened: more is an image, for a CNN
 
 
 class EnvSpec(NamedTuple):
@@ -731,7 +736,7 @@ def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # render headless
     module = f"mpe2.{env_id}" if env_id in MPE_SCENARIOS else env_id
     try:
-        env = importlib.import_module(module).parallel_env(**scenario, render_mode=render_mode)
+        env = import_path(module).parallel_env(**scenario, render_mode=render_mode)
     except (ImportError, AttributeError, TypeError) as e:
         raise SystemExit(f"error: --env-id {env_id}: cannot make {module}.parallel_env: {e}") from None
     if render_mode is None and module.startswith("mpe2."):
@@ -739,30 +744,39 @@ def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
     return env
 
 
+def import_path(path: str):
+    """The module at the import path, or the attribute of a package that it names (gymnasium_robotics.mamujoco_v1)."""
+    package, _, name = path.rpartition(".")
+    if package and importlib.util.find_spec(path) is None:
+        return getattr(importlib.import_module(package), name)
+    return importlib.import_module(path)
+
+
 def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
     """The env's spaces, read from it; what the networks cannot take is one error line. The state is env.state()
-    where it is a Box of at most 2 dimensions (flattened, as the observations are), else the observations joined."""
+    where it is a Box of at most MAX_INPUTS numbers (flattened, as the observations), else the observations joined."""
     env = make_env(env_id, scenario)
     env.reset(seed=0)
-    agents, vector = env.possible_agents, lambda s, ndim: isinstance(s, gymnasium.spaces.Box) and len(s.shape) <= ndim
+    agents, box = env.possible_agents, lambda s: isinstance(s, gymnasium.spaces.Box) and np.prod(s.shape) <= MAX_INPUTS
     obs_spaces, action_spaces = [env.observation_space(a) for a in agents], [env.action_space(a) for a in agents]
     discrete = all(isinstance(s, gymnasium.spaces.Discrete) for s in action_spaces)
-    continuous = all(vector(s, 1) and np.isfinite(s.low + s.high).all() for s in action_spaces)
+    continuous = all(box(s) and len(s.shape) == 1 and np.isfinite(s.low + s.high).all() for s in action_spaces)
     unsupported = [
-        (not all(vector(s, 2) for s in obs_spaces), f"observations {set(map(str, obs_spaces))}"),
+        (not all(box(s) for s in obs_spaces), f"observations {set(map(str, obs_spaces))}"),
         (not (discrete or continuous), f"actions {set(map(str, action_spaces))}"),
         (set(env.agents) != set(agents), "agents who join an episode after its start"),
     ]
     for what in [what for refused, what in unsupported if refused][:1]:
         raise SystemExit(
-            f"error: --env-id {env_id}: unsupported {what}; the networks take Box observations of at most 2 "
-            "dimensions, all Discrete or all bounded 1-D Box actions, and every agent from the start of an episode"
+            f"error: --env-id {env_id}: unsupported {what}; the networks take Box observations of at most {MAX_INPUTS} "
+            "numbers (an image wants a wrapper, e.g. SuperSuit's resize, in a module of your own for --env-id), all "
+            "Discrete or all bounded 1-D Box actions, and every agent from the start of an episode"
         )
     obs_dim = max(int(np.prod(s.shape)) for s in obs_spaces)
     action_dims = [s.shape[0] if continuous else int(s.n) for s in action_spaces]
     avail = np.arange(max(action_dims)) < np.array(action_dims)[:, None]  # (n_agents, action_dim)
     state_space = getattr(env, "state_space", None)
-    has_state = vector(state_space, 2)
+    has_state = box(state_space)
     state_dim, entities = int(np.prod(state_space.shape)) if has_state else len(agents) * obs_dim, ()
     if env_id == "simple_spread_v3":  # [vel, pos, N landmarks, N - 1 other agents, their messages], 2 numbers each
         n, others = len(agents), 4 + 2 * len(agents)
@@ -1168,7 +1182,7 @@ def restore(checkpoint: dict, agent: nn.Module, value_norm, optimizer, path: str
 # Flags that steer a run without changing what it learns: a resumed run may set them anew.
 RUN_CONTROL_ARGS = frozenset(
     "exp_name cuda track wandb_project_name wandb_entity capture_video save_model eval_checkpoint resume "
-    "checkpoint_interval total_timesteps eval_interval n_eval_episodes log_interval".split()
+    "checkpoint_interval total_timesteps eval_interval n_eval_episodes log_interval n_training_threads".split()
 )
 
 
@@ -1208,6 +1222,7 @@ class Progress:
     next_step: dict  # the env step at which "log", "eval" and "checkpoint" are next due
     best_eval: float = -np.inf
     eval_return: float = float("nan")  # the latest evaluation's
+    train_return: float = float("nan")  # the mean return of the latest episodes that ended
 
     def due(self, event: str, interval: int) -> bool:
         """Whether `event` is due at the current step; if it is, it is next due `interval` steps later."""
@@ -1246,10 +1261,10 @@ def resume_training(checkpoint: dict, envs, episode_returns: EpisodeReturns, buf
 
 def range_errors(args) -> list[str]:
     """One message per numeric flag outside the values it can work with; flags a script does not have are skipped."""
-    counts = "n_rollout_threads n_agents max_cycles episode_length ppo_epoch num_mini_batch hidden_size n_block n_embd"
-    positive_counts = f"{counts} n_head eval_interval n_eval_episodes log_interval checkpoint_interval"
+    counts = "n_rollout_threads n_agents max_cycles episode_length ppo_epoch num_mini_batch hidden_size n_block"
+    counts += " n_embd n_head n_training_threads eval_interval n_eval_episodes log_interval checkpoint_interval"
     rules = [  # (valid values, the test, the flags it applies to); NaN fails every test
-        ("at least 1", lambda v: v >= 1, positive_counts),
+        ("at least 1", lambda v: v >= 1, counts),
         ("at least 0", lambda v: v >= 0, "seed ent_coef vf_coef"),
         ("positive", lambda v: v > 0, "lr critic_lr clip max_grad_norm huber_delta"),
         ("between 0 and 1", lambda v: 0 <= v <= 1, "gamma gae_lambda"),

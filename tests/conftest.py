@@ -102,13 +102,17 @@ def save_then_test_mode(run_script, cwd, *train_flags) -> tuple[str, subprocess.
 
 
 # Envs that are not MPE scenarios, through gymnasium's vector envs: one where an agent dies (discrete and continuous
-# actions with per-agent bounds), and two PettingZoo envs no one here wrote, one with workers (--async-envs).
+# actions with per-agent bounds), and PettingZoo envs no one here wrote: one with workers (--async-envs), pursuit's
+# 7x7x3 observations (flattened), and MaMuJoCo (requirements-mamujoco.txt), a package attribute rather than a module.
 KAZ = "pettingzoo.butterfly.knights_archers_zombies_v11"
 GENERIC_ENVS = {
     "dying_discrete": ["--env-id", "tests.dying_env"],
     "dying_continuous": ["--env-id", "tests.dying_env", "--env-kwargs", "continuous", "True"],
     "multiwalker": ["--env-id", "pettingzoo.sisl.multiwalker_v9", "--env-kwargs", "max_cycles", "30", "--async-envs"],
     "kaz": ["--env-id", KAZ, "--env-kwargs", "max_cycles", "30"],
+    "pursuit": ["--env-id", "pettingzoo.sisl.pursuit_v5", "--env-kwargs", "max_cycles", "30"],
+    "mamujoco": ["--env-id", "gymnasium_robotics.mamujoco_v1", "--env-kwargs", "scenario", "HalfCheetah"]
+    + ["agent_conf", "2x3", "max_episode_steps", "30"],
 }
 
 

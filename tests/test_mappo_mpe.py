@@ -521,7 +521,7 @@ def test_a_training_state_survives_a_weights_only_checkpoint(tmp_path):
     episode_returns = m.EpisodeReturns(4, 3, CPU)
     episode_returns.add(torch.randn(4, 3), torch.zeros(4, dtype=torch.bool))
     next_step = {"log": 800, "eval": 1000, "checkpoint": 2000}
-    progress = m.Progress(iteration=7, global_step=700, next_step=next_step, best_eval=-9.5, eval_return=-10.0)
+    progress = m.Progress(7, 700, next_step, best_eval=-9.5, eval_return=-10.0, train_return=-11.0)
     torch.manual_seed(5)
     torch.save(m.training_state(progress, envs, episode_returns), tmp_path / "state.pt")
     expected = (torch.rand(3), torch.randperm(10), envs.step(torch.zeros(4, 3, dtype=torch.long)).obs)
@@ -777,6 +777,58 @@ def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
         (["--env-id", KAZ, "--env-kwargs", "obs_method", "image"], "unsupported observations"),
     ]:
         assert_one_line_error(run_script(tmp_path, *flags, check=False), message)
+
+
+def test_an_import_path_names_a_module_or_a_package_attribute():
+    """--env-id takes the path of a module, or of a package attribute (MaMuJoCo's `mamujoco_v1` is not a module)."""
+    import gymnasium_robotics
+
+    assert m.import_path("gymnasium_robotics.mamujoco_v1") is gymnasium_robotics.mamujoco_v1
+    assert m.import_path("pettingzoo.sisl.pursuit_v5").__name__ == "pettingzoo.sisl.pursuit_v5"
+    with pytest.raises(AttributeError):
+        m.import_path("pettingzoo.sisl.no_such_env_v0")
+    with pytest.raises(ImportError):
+        m.import_path("no_such_package.env_v0")
+
+
+def test_observations_and_state_of_several_dimensions_are_taken_flattened():
+    """pursuit: 8 pursuers, each observing a 7x7x3 Box, and a 16x16x3 state: the networks get them flattened, as
+    the env gives them; an image (KAZ's 512x512x3) stays an error (test_script_reports_bad_input_in_one_line)."""
+    env_id = "pettingzoo.sisl.pursuit_v5"
+    spec = m.get_env_spec(env_id, {})
+    assert (len(spec.agents), spec.obs_dim, spec.state_dim, spec.action_dim, spec.has_state) == (8, 147, 768, 5, True)
+    envs = m.PettingZooVecEnv(env_id, {}, 2, 0, CPU)
+    envs.reset()
+    obs, state, alive = envs.observe()
+    assert obs.shape == (2, 8, 147) and state.shape == (2, 768) and alive.all()
+    env = m.make_env(env_id, {})
+    observations, _ = env.reset(seed=0)  # as env 0 of the vector
+    expected = np.stack([np.ravel(observations[agent]) for agent in spec.agents])
+    np.testing.assert_array_equal(obs[0].numpy(), expected)
+    np.testing.assert_array_equal(state[0].numpy(), np.ravel(env.state()))
+
+
+def test_the_progress_line_shows_the_latest_episodes_that_ended(tmp_path, run_script):
+    """Episodes of 40 steps, a line every 25: a line after which no episode ended shows the return of the latest that
+    did, not nan (only the first line has none to show)."""
+    flags = ["--env-id", "tests.dying_env", "--env-kwargs", "max_cycles", "40", "death_step", "100"]
+    result = run_script(tmp_path, *flags, *TINY[2:], "--total-timesteps", "300")
+    lines = [line for line in result.stdout.splitlines() if line.startswith("step")]
+    returns = [line.split("episodic_return")[1].split("|")[0].strip() for line in lines]
+    assert len(returns) == 3 and returns[0] == "nan" and returns[1] != "nan" and returns[2] == returns[1]
+
+
+def test_a_run_takes_the_torch_threads_it_is_given(tmp_path, monkeypatch):
+    """One torch thread by default, so that runs side by side keep their speed; --n-training-threads sets others."""
+    monkeypatch.chdir(tmp_path)
+    before = torch.get_num_threads()
+    try:
+        for threads in (2, m.Args().n_training_threads):
+            m.main(tiny_args(total_timesteps=100, n_training_threads=threads))
+            assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+    assert m.Args().n_training_threads == 1
 
 
 def test_evaluation_records_the_first_episode_when_its_env_renders():

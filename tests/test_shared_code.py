@@ -9,6 +9,7 @@ import os
 import sys
 
 import pytest
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -29,7 +30,7 @@ VARIANTS = {
     "training_state": {"mappo_mpe_rnn"},  # keeps the GRUs' hidden states for the next rollout
     "resume_training": {"mappo_mpe_rnn"},  # and puts them back
     "MultiAgentTransformer": {"mat_mpe_ep_critic"},  # the critic on the state replaces the encoder's value head
-    "build_agent": {"mat_mpe", "mat_mpe_ep_critic"},  # builds the transformer instead of Agent
+    "build_agent": {"mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"},  # the transformer; the GRUs have no --compile
 }
 
 
@@ -80,3 +81,33 @@ def test_capture_video_without_imageio_ffmpeg_is_one_error_line(script, monkeypa
     with pytest.raises(SystemExit, match="^error: --capture-video needs imageio-ffmpeg"):
         module.check_args(module.Args(capture_video=True))
     module.check_args(module.Args())
+
+
+@pytest.mark.parametrize(
+    "script, entry_points",
+    [
+        ("mappo_mpe", ["act", "get_dist", "get_value"]),
+        ("mat_mpe", ["act", "evaluate_actions", "get_value"]),
+        ("mat_mpe_ep_critic", ["act", "evaluate_actions", "get_value"]),
+    ],
+)
+def test_compile_traces_every_entry_point_whole_and_changes_no_result(script, entry_points, tmp_path, monkeypatch):
+    """--compile hands each network entry point of the training loop to torch.compile with CUDA graphs, which need
+    one whole graph a call. Traced by Dynamo in full (`fullgraph`) and run by its eager backend, the same operators
+    run: one iteration gives the same losses as without the flag."""
+    module, torch_compile, compiled = importlib.import_module(script), torch.compile, []
+
+    def compile_whole_and_run_eagerly(function, mode):
+        compiled.append((function.__name__, mode))
+        return torch_compile(function, backend="eager", fullgraph=True)
+
+    monkeypatch.chdir(tmp_path)
+    flags = ["--total-timesteps", "100", "--n-rollout-threads", "4", "--n-eval-episodes", "2", "--ppo-epoch", "2"]
+    plain = module.main(module.parse_args(flags))
+    monkeypatch.setattr(torch, "compile", compile_whole_and_run_eagerly)
+    try:
+        with_compile = module.main(module.parse_args([*flags, "--compile"]))
+    finally:
+        torch._dynamo.reset()
+    assert compiled == [(name, "reduce-overhead") for name in entry_points]
+    assert with_compile["losses"] == plain["losses"] and with_compile["global_step"] == 100
