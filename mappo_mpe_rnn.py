@@ -1425,8 +1425,8 @@ def run_evaluation_only(args: Args, device: torch.device):
 
     checkpoint = load_checkpoint(args.eval_checkpoint, device)
     saved = {k: v for k, v in checkpoint["args"].items() if k in {f.name for f in dataclasses.fields(Args)}}
-    keep = ("eval_checkpoint", "n_eval_episodes", "capture_video", "seed", "cuda")
-    args = dataclasses.replace(Args(**saved), **{k: getattr(args, k) for k in keep})
+    keep = ("eval_checkpoint", "n_eval_episodes", "capture_video", "seed", "cuda", "compile")
+    args = dataclasses.replace(Args(**saved), **{k: v for k, v in vars(args).items() if k in keep})
     envs = make_eval_envs(args, device)
     agent, value_norm, optimizer = build_agent(envs.spec, args, device)
     restore(checkpoint, agent, value_norm, optimizer, args.eval_checkpoint)
