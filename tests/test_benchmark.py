@@ -342,3 +342,18 @@ def test_grid_options_errors_are_one_line(options, message):
     for mode in ("--print-commands", "grid"):
         result = benchmark(mode, *options)
         assert (result.returncode, result.stdout, result.stderr) == (1, message + "\n", "")
+
+
+def test_devices_tables_the_speed_of_each_run_it_makes():
+    """`benchmark.sh ALGO devices` on a tiny budget, the CPU only: a row per run, with positive speeds and times."""
+    env = {**os.environ, "DEVICES": "cpu", "THREADS": "4", "ITERATIONS": "3", "SDL_VIDEODRIVER": "dummy"}
+    command = ["bash", os.path.join(ROOT, "benchmark.sh"), "mappo", "devices"]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0 and "failed" not in result.stdout, result.stdout + result.stderr
+    rows = [
+        line.strip("| ").split(" | ") for line in result.stdout.splitlines() if line.startswith("| cpu | 4 | eager")
+    ]
+    sps, steady, rollout_ms, update_ms = (float(cell.replace(",", "")) for cell in rows[-1][3:])
+    assert min(sps, steady, rollout_ms, update_ms) > 0 and steady == pytest.approx(
+        4 * 25 / (rollout_ms + update_ms) * 1000, rel=0.03
+    )
