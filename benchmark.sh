@@ -416,7 +416,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 print("| env | random | script | seed | env steps | train (last 10% of episodes) | eval (last) |")
 print("|---|---|---|---|---|---|---|")
 for log in sorted(glob.glob("logs/panel_*.log"), key=os.path.getmtime):
-    env, name, seed = os.path.basename(log)[len("panel_") : -len(".log")].rsplit("_", 2)
+    stem, seed = os.path.basename(log)[len("panel_") : -len(".log")].rsplit("_", 1)
+    name = next(n for n in ("mat_ep", "mappo", "rnn", "mat") if stem.endswith(f"_{n}"))
+    env = stem[: -len(name) - 1]
     runs = glob.glob(f"runs/*__panel_{env}_{name}_{seed}__*")
     random = (re.findall(r"random ([-\d.]+)", open(f"logs/random_{env}.log").read()) or ["?"])[-1]
     if not runs:

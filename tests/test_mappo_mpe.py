@@ -808,6 +808,22 @@ def test_observations_and_state_of_several_dimensions_are_taken_flattened():
     np.testing.assert_array_equal(state[0].numpy(), np.ravel(env.state()))
 
 
+def test_observations_of_different_sizes_are_padded_and_an_agent_who_leaves_the_arena_dies():
+    """tests/arena_env.py: even agents observe 10 numbers, odd ones 16 (their teammates too), zero-padded to 16; an
+    agent that steps out of the square dies at that step, with the penalty in every living agent's reward."""
+    envs = m.PettingZooVecEnv("tests.arena_env", {}, 1, 0, CPU)
+    assert envs.spec.obs_dim == 16 and envs.spec.state_dim == 4 * 16 and not envs.spec.has_state
+    envs.reset()
+    obs, _, _ = envs.observe()
+    assert (obs[0, 0::2, 10:] == 0).all() and (obs[0, 1::2, 10:] != 0).all()
+    env = envs.envs.envs[0].env.unwrapped
+    env.pos[0] = [-0.95, 0.0]  # one move left from the edge
+    step = envs.step(torch.tensor([[1, 0, 0, 0]]))
+    assert step.terminated[0].tolist() == [True, False, False, False] and step.alive[0].tolist() == [0, 1, 1, 1]
+    nearest = np.where([0, 1, 1, 1], np.linalg.norm(env.targets[:, None] - env.pos[None], axis=-1), 2.0).min(axis=1)
+    assert step.rewards[0].tolist() == pytest.approx([-nearest.mean() - 10.0] * 4)
+
+
 def test_the_progress_line_shows_the_latest_episodes_that_ended(tmp_path, run_script):
     """Episodes of 40 steps, a line every 25: a line after which no episode ended shows the return of the latest that
     did, not nan (only the first line has none to show)."""
