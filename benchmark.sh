@@ -317,7 +317,7 @@ PY
 
 devices() {  # the same command on the CPU and with --cuda (DEVICES: "cpu cuda") at each of THREADS (32 512 4096) rollout
   # threads, with --cuda also with --compile (MODES: "eager compile"), ITERATIONS (12) iterations a run, evaluating only
-  # after the first and the last; then a table of SPS and per-phase times of every such run in bench/runs
+  # after the first and the last, a torch thread per core; then a table of SPS and per-phase times of every such run
   local n device mode name iterations="${ITERATIONS:-12}"
   mkdir -p devices
   for n in ${THREADS:-32 512 4096}; do
@@ -325,7 +325,7 @@ devices() {  # the same command on the CPU and with --cuda (DEVICES: "cpu cuda")
       for mode in $([ "$device" = cuda ] && echo "${MODES:-eager compile}" || echo eager); do
         name="${algo}_devices_${device}_${n}_${mode}"
         timeout "${RUN_TIMEOUT:-300}" python "$script" --exp-name "$name" --n-rollout-threads "$n" \
-          --total-timesteps $(( n * 25 * iterations )) --eval-interval 1000000000000 \
+          --total-timesteps $(( n * 25 * iterations )) --eval-interval 1000000000000 --n-training-threads "$(nproc)" \
           $([ "$device" = cuda ] && echo --cuda) $([ "$mode" = compile ] && echo --compile) > "devices/$name.log" 2>&1 \
           || echo "$name failed: $(tail -1 "devices/$name.log")"
       done
@@ -337,7 +337,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 algo = sys.argv[1]
 gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
-print(f"{algo}: {gpu}, {os.cpu_count()} CPU cores, torch {torch.__version__} ({torch.get_num_threads()} threads)")
+print(f"{algo}: {gpu}, {os.cpu_count()} CPU cores (a torch thread each), torch {torch.__version__}")
 print("| device | threads | compile | SPS | steady SPS | rollout ms | update ms |")
 print("|---|---|---|---|---|---|---|")
 for run in sorted(glob.glob(f"runs/*__{algo}_devices_*"), key=os.path.getmtime):
@@ -356,7 +356,7 @@ PY
 threads() {  # SPS of one run alone and of two side by side, with --n-training-threads 1 (the default) and with one
   # torch thread per core (torch's own default, the scripts' before the flag): spread with --preset tuned on the
   # batched env (96k steps), then mpe2's spread on the generic path (19,200 steps); OMP_NUM_THREADS unset
-  local path threads steps flags k
+  local path threads flags k
   unset OMP_NUM_THREADS
   mkdir -p threads
   echo "| env path | torch threads | alone: SPS | side by side: SPS of each | slowdown |"
