@@ -2,7 +2,8 @@
 
 Four agents move by 0.1 (none, -x, +x, -y, +y) in the square [-1, 1]^2 for `max_cycles` steps, towards as many
 targets. Each step every living agent gets the team reward: `reward="negative"` minus the mean over targets of the
-nearest living agent's distance, `"positive"` one minus it; and minus `death_penalty` for each agent that left the
+nearest living agent's distance, `"positive"` one minus it, `"steep"` one minus four times it (negative for agents
+that stand still, positive near the targets); and minus `death_penalty` for each agent that left the
 square at that step, which dies (the episode ends when all have). Agent i observes its position and the targets
 relative to it; odd agents also see their teammates, so the observation sizes differ. Trained with
 `--env-id tests.arena_env`.
@@ -21,7 +22,8 @@ class ArenaEnv(ParallelEnv):
     def __init__(self, n_agents=4, max_cycles=40, death_penalty=10.0, reward="negative", render_mode=None):
         self.possible_agents = [f"agent_{i}" for i in range(n_agents)]
         self.n, self.max_cycles, self.death_penalty, self.render_mode = n_agents, max_cycles, death_penalty, render_mode
-        self.offset = {"negative": 0.0, "positive": 1.0}[reward]
+        shapes = {"negative": (0.0, 1.0), "positive": (1.0, 1.0), "steep": (1.0, 4.0)}
+        self.offset, self.distance_weight = shapes[reward]
         self.rng = np.random.default_rng()
 
     def observation_space(self, agent: str) -> Box:
@@ -59,7 +61,7 @@ class ArenaEnv(ParallelEnv):
         self.alive &= ~died
         dist = np.linalg.norm(self.targets[:, None] - self.pos[None], axis=-1)  # (targets, agents)
         nearest = np.where(self.alive[None], dist, 2.0).min(axis=1)  # a dead agent covers nothing
-        team = self.offset - nearest.mean() - self.death_penalty * died.sum()
+        team = self.offset - self.distance_weight * nearest.mean() - self.death_penalty * died.sum()
         observations = self.observe()
         rewards = {a: team for a in self.agents}
         terminations = {a: bool(died[self.possible_agents.index(a)]) for a in self.agents}

@@ -822,6 +822,11 @@ def test_observations_of_different_sizes_are_padded_and_an_agent_who_leaves_the_
     assert step.terminated[0].tolist() == [True, False, False, False] and step.alive[0].tolist() == [0, 1, 1, 1]
     nearest = np.where([0, 1, 1, 1], np.linalg.norm(env.targets[:, None] - env.pos[None], axis=-1), 2.0).min(axis=1)
     assert step.rewards[0].tolist() == pytest.approx([-nearest.mean() - 10.0] * 4)
+    steep = importlib.import_module("tests.arena_env").parallel_env(reward="steep")  # the stand-still probe (panel.md)
+    steep.reset(seed=0)
+    rewards = steep.step({agent: 0 for agent in steep.agents})[1]  # nobody moves
+    nearest = np.linalg.norm(steep.targets[:, None] - steep.pos[None], axis=-1).min(axis=1)
+    assert list(rewards.values()) == pytest.approx([1.0 - 4.0 * nearest.mean()] * 4)
 
 
 def test_the_progress_line_shows_the_latest_episodes_that_ended(tmp_path, run_script):
