@@ -9,6 +9,7 @@
 #   bash benchmark.sh ALGO listener-continuous  # speaker-listener as above with --continuous-actions
 #   bash benchmark.sh mat acting      # MAT acting time per step, KV cache vs full re-decode, N = 3, 6, 12
 #   bash benchmark.sh mat critic      # mat_mpe_ep_critic.py's critic per update: once per env vs per agent, N = 3, 12
+#                                     # (acting and critic time each case for TIMING_SECONDS, 3)
 #   bash benchmark.sh ALGO env-rate   # env steps/s, random actions, one thread: mpe2's parallel_env and the batched env
 #   bash benchmark.sh ALGO versus REV # SPS against the script at git revision REV, back to back, twice (300k steps)
 #   bash benchmark.sh ALGO official-task  # spread, 500k steps, on the task of the official codes' MPE copy
@@ -133,26 +134,26 @@ train() {  # name, flags...: one run, logged to bench/ALGO_NAME[_PRESET]_seedSEE
 
 acting_time() {  # milliseconds per acting call for 32 envs of simple_spread_v3 with N agents
   python - <<'PY'
-import sys, time
+import os, sys, time
 import torch
 sys.path.insert(0, "..")
 import mat_mpe as m
 torch.set_num_threads(1)  # steadier than two on a 2-core machine, and no slower at this size
 
-def full_re_decode(model, obs_rep, avail):  # the official MAT's acting: the whole sequence again at each agent's turn
+def full_re_decode(model, obs_rep, avail, alive):  # the official MAT's acting: the whole sequence at each agent's turn
     B, n_agents, _ = obs_rep.shape
     shifted = model.start_token.repeat(B, n_agents, 1)
     for i in range(n_agents):
         action = m.action_distribution(model.decode(shifted, obs_rep)[:, i], avail[..., i, :], None).sample()
         if i + 1 < n_agents:
-            shifted[:, i + 1] = model.action_tokens(action)
+            shifted[:, i + 1] = model.action_tokens(action, alive[:, i])
 
 print("| agents | KV cache (ms per step) | full re-decode, as the official code (ms per step) | speed-up |")
 print("|---|---|---|---|")
 for n_agents in (3, 6, 12):
     spec = m.get_env_spec("simple_spread_v3", m.scenario_kwargs(m.Args(n_agents=n_agents)))
     model = m.MultiAgentTransformer(spec, m.Args(n_agents=n_agents))
-    obs = torch.randn(32, n_agents, spec.obs_dim)
+    obs, alive = torch.randn(32, n_agents, spec.obs_dim), torch.ones(32, n_agents, dtype=torch.bool)
     times = {}
     with torch.no_grad():
         for name in ("cached", "full"):
@@ -160,13 +161,13 @@ for n_agents in (3, 6, 12):
                 x, avail = model.agent_inputs(obs, None)
                 obs_rep = model.encode(x)[0]
                 if name == "cached":
-                    model.decode_autoregressive(obs_rep, avail, False)
+                    model.decode_autoregressive(obs_rep, avail, alive, False)
                 else:
-                    full_re_decode(model, obs_rep, avail)
+                    full_re_decode(model, obs_rep, avail, alive)
             for _ in range(20):
                 act()
             start, calls = time.perf_counter(), 0
-            while time.perf_counter() - start < 3.0:
+            while time.perf_counter() - start < float(os.environ.get("TIMING_SECONDS", 3)):
                 act()
                 calls += 1
             times[name] = 1000 * (time.perf_counter() - start) / calls
@@ -176,7 +177,7 @@ PY
 
 critic_time() {  # milliseconds of critic forward + backward per update (10 epochs over a 25 x 32 rollout)
   python - <<'PY'
-import sys, time
+import os, sys, time
 import torch
 sys.path.insert(0, "..")
 import mat_mpe_ep_critic as m
@@ -198,7 +199,7 @@ for n_agents in (3, 12):
                 critic(x).sum().backward()
         update()
         start, calls = time.perf_counter(), 0
-        while time.perf_counter() - start < 3.0:
+        while time.perf_counter() - start < float(os.environ.get("TIMING_SECONDS", 3)):
             update()
             calls += 1
         times.append(1000 * (time.perf_counter() - start) / calls)

@@ -20,6 +20,7 @@ import functools
 import importlib.util
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -164,6 +165,11 @@ CONTINUOUS_PRESETS = {"official": {}, "tuned": {"simple_spread_v3": {"ent_coef":
 def parse_args(argv: list[str] | None = None) -> Args:
     """The command line, read twice: the first pass finds `--preset`, `--env-id` and `--continuous-actions`, so that
     the second starts from that preset's settings for that scenario, which every flag given then overrides."""
+    argv = sys.argv[1:] if argv is None else argv
+    for start in [i + 1 for i, arg in enumerate(argv) if arg in ("--env-kwargs", "--env_kwargs")]:
+        count = next((n for n, arg in enumerate(argv[start:]) if arg.startswith("--")), len(argv) - start)
+        if count % 2:  # else tyro's own message, a box of nine lines
+            raise SystemExit(f"error: --env-kwargs takes name-value pairs, not {count} values")
     chosen, _ = tyro.cli(Args, args=argv, return_unknown_args=True, add_help=False)
     settings = PRESETS[chosen.preset].get(chosen.env_id, {})
     if chosen.continuous_actions:
@@ -544,12 +550,13 @@ def main(args: Args) -> dict:
         buffer = RolloutBuffer(T, n_envs, envs.spec, device)
         episode_returns = EpisodeReturns(n_envs, len(envs.spec.agents), device)
         if checkpoint is None:
-            envs.reset()
             next_step = {"log": args.log_interval, "eval": 0, "checkpoint": args.checkpoint_interval}
             progress = Progress(iteration=0, global_step=0, next_step=next_step)
+            envs.reset()
         else:
             restore(checkpoint, agent, value_norm, optimizer, args.resume)
-            progress = resume_training(checkpoint, envs, episode_returns)
+            progress = Progress(**checkpoint["progress"])
+            resume_training(checkpoint, envs, episode_returns)
         start_time, start_step = time.time(), progress.global_step
 
         for iteration in range(progress.iteration + 1, num_iterations + 1):
@@ -617,6 +624,14 @@ def main(args: Args) -> dict:
 
         if args.save_model:
             save_checkpoint(f"{run_dir}/model.pt", agent, value_norm, optimizer, args, global_step)
+    if stop.env_error is not None:  # the user's env failed: keep the last completed update, as a stop does
+        line = f"error: {stop.env_error} at env step {progress.global_step:,}"
+        if progress.iteration > 0:
+            global_step = progress.global_step = progress.iteration * T * n_envs  # where the last update left it
+            training = training_state(progress, envs, episode_returns)
+            save_checkpoint(f"{run_dir}/checkpoint.pt", agent, value_norm, optimizer, args, global_step, **training)
+            line += f"; the run up to step {global_step:,} is kept: fix the env, add --resume {run_dir}/checkpoint.pt"
+        raise SystemExit(line)
     summary = f"run in {run_dir}, with checkpoint.pt"
     if args.save_model:
         summary += f", model.pt and best_model.pt (best eval {progress.best_eval:.3f})"
@@ -667,8 +682,8 @@ def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
     module = f"mpe2.{env_id}" if env_id in MPE_SCENARIOS else env_id
     try:
         env = import_path(module).parallel_env(**scenario, render_mode=render_mode)
-    except (ImportError, AttributeError, TypeError) as e:
-        raise SystemExit(f"error: --env-id {env_id}: cannot make {module}.parallel_env: {e}") from None
+    except Exception as e:  # a missing module or keyword, or any error of the env's own constructor
+        raise SystemExit(f"error: --env-id {env_id}: cannot make {module}.parallel_env: {e!r}") from None
     if render_mode is None and module.startswith("mpe2."):
         env.unwrapped.screen = None  # frees the 700x700 drawing surface (~2 MB) every mpe2 env holds
     return env
@@ -686,7 +701,7 @@ def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
     """The env's spaces, read from it; what the networks cannot take is one error line. The state is env.state()
     where it is a Box of at most MAX_INPUTS numbers (flattened, as the observations), else the observations joined."""
     env = make_env(env_id, scenario)
-    env.reset(seed=0)
+    call_env(env_id, env, "reset", seed=0)
     agents, box = env.possible_agents, lambda s: isinstance(s, gymnasium.spaces.Box) and np.prod(s.shape) <= MAX_INPUTS
     obs_spaces, action_spaces = [env.observation_space(a) for a in agents], [env.action_space(a) for a in agents]
     discrete = all(isinstance(s, gymnasium.spaces.Discrete) for s in action_spaces)
@@ -914,6 +929,18 @@ class BatchedMPE:
         self.generator.set_state(state["generator"].cpu())
 
 
+class EnvError(Exception):
+    """An exception of the user's env, or a NaN or infinity it returned: one error line (`main`, `__main__`)."""
+
+
+def call_env(env_id: str, env, method: str, *args, **kwargs):
+    """env.method(*args, **kwargs); an exception of the user's env becomes an EnvError that names the env and call."""
+    try:
+        return getattr(env, method)(*args, **kwargs)
+    except Exception as e:
+        raise EnvError(f"--env-id {env_id}: its {method}() raised {e!r}") from None
+
+
 class PettingZooEnv(gymnasium.Env):
     """One PettingZoo parallel env as a gymnasium env of per-agent arrays, for gymnasium's vector envs: the
     observation (n_agents, obs_dim) holds each agent's, flattened and zero-padded (zeros once it has left the
@@ -922,8 +949,8 @@ class PettingZooEnv(gymnasium.Env):
     of the episode that a seeded `reset` (the vector env's) begins."""
 
     def __init__(self, env_id: str, scenario: dict, spec: EnvSpec, render_mode: str | None = None):
-        self.env, self.env_spec, self.render_mode = make_env(env_id, scenario, render_mode), spec, render_mode
-        n_agents, self.frames, self.recording = len(spec.agents), [], False
+        self.env, self.env_id, self.env_spec = make_env(env_id, scenario, render_mode), env_id, spec
+        n_agents, self.frames, self.recording, self.render_mode = len(spec.agents), [], False, render_mode
         self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (n_agents, spec.obs_dim), np.float32)
         self.action_space = gymnasium.spaces.MultiDiscrete([spec.action_dim] * n_agents)
         if spec.continuous:  # the policy acts in the unit box, mapped to each agent's bounds by `env_action`
@@ -946,22 +973,23 @@ class PettingZooEnv(gymnasium.Env):
         return obs
 
     def state(self, obs: np.ndarray) -> np.ndarray:
-        return np.asarray(self.env.state(), dtype=np.float32).ravel() if self.env_spec.has_state else obs.ravel()
+        state = call_env(self.env_id, self.env, "state") if self.env_spec.has_state else obs
+        return np.asarray(state, dtype=np.float32).ravel()
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         if seed is not None:  # the vector env's reset: a rendering env records the episode it begins
             self.frames, self.recording = [], self.render_mode is not None
-        observations, _ = self.env.reset(seed=seed)
+        observations, _ = call_env(self.env_id, self.env, "reset", seed=seed)
         self.alive = np.ones(len(self.env_spec.agents), dtype=bool)
-        self.frames += [self.env.render()] if self.recording else []
+        self.frames += [call_env(self.env_id, self.env, "render")] if self.recording else []
         obs = self.stack(observations)
         return obs, {"state": self.state(obs), "alive": self.alive}
 
     def step(self, actions: np.ndarray):
         agents = self.env_spec.agents
         own = {agent: self.env_action(agent, actions[i]) for i, agent in enumerate(agents) if self.alive[i]}
-        observations, rewards, terminations, truncations, _ = self.env.step(own)
-        self.frames += [self.env.render()] if self.recording else []
+        observations, rewards, terminations, truncations, _ = call_env(self.env_id, self.env, "step", own)
+        self.frames += [call_env(self.env_id, self.env, "render")] if self.recording else []
         info = dict(
             rewards=np.array([rewards.get(a, 0.0) for a in agents], dtype=np.float32),
             terminated=np.array([terminations.get(a, not alive) for a, alive in zip(agents, self.alive)]),
@@ -991,11 +1019,13 @@ class PettingZooVecEnv:
         render = lambda k: "rgb_array" if render_first and k == 0 else None  # noqa: E731
         makers = [functools.partial(PettingZooEnv, env_id, scenario, self.spec, render(k)) for k in range(n_envs)]
         self.envs = (gymnasium.vector.AsyncVectorEnv if async_envs else gymnasium.vector.SyncVectorEnv)(makers)
-        self.n_envs, self.seed, self.device, self.steps = n_envs, seed, device, 0
+        if async_envs:  # a worker's EnvError comes back as one; gymnasium's log would repeat it with a traceback
+            gymnasium.logger.min_level = gymnasium.logger.ERROR + 1
+        self.env_id, self.n_envs, self.seed, self.device, self.steps = env_id, n_envs, seed, device, 0
 
     def reset(self, seed: int | None = None):
         obs, info = self.envs.reset(seed=self.seed if seed is None else seed)
-        self.current = self.tensors(obs, info["state"], info["alive"])
+        self.current = self.tensors("reset", obs, info["state"], info["alive"])
 
     def observe(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.current
@@ -1003,11 +1033,13 @@ class PettingZooVecEnv:
     def step(self, actions: torch.Tensor) -> StepResult:
         obs, _, _, _, info = self.envs.step(actions.cpu().numpy())
         self.steps += 1
-        self.current = self.tensors(obs, info["state"], info["alive"])
-        rest = self.tensors(*(info[k] for k in ("rewards", "terminated", "truncated", "last_obs", "last_state")))
+        self.current = self.tensors("step", obs, info["state"], info["alive"])
+        rest = self.tensors("step", *map(info.get, ("rewards", "terminated", "truncated", "last_obs", "last_state")))
         return StepResult(*self.current[:2], *rest, self.current[2])
 
-    def tensors(self, *arrays: np.ndarray) -> tuple[torch.Tensor, ...]:
+    def tensors(self, call: str, *arrays: np.ndarray) -> tuple[torch.Tensor, ...]:
+        if not all(np.isfinite(x).all() for x in arrays):  # observations, states or rewards of the user's env
+            raise EnvError(f"--env-id {self.env_id}: its {call}() returned a NaN or infinity")
         return tuple(torch.as_tensor(x, device=self.device) for x in arrays)
 
     def state_dict(self) -> dict:
@@ -1172,14 +1204,14 @@ def training_state(progress: Progress, envs, episode_returns: EpisodeReturns) ->
     }
 
 
-def resume_training(checkpoint: dict, envs, episode_returns: EpisodeReturns) -> Progress:
+def resume_training(checkpoint: dict, envs, episode_returns: EpisodeReturns):
+    """Puts back what `training_state` took besides the progress: the envs, the returns under way, the generators."""
     envs.load_state_dict(checkpoint["env"])
     if isinstance(envs, BatchedMPE):  # the other envs begin new episodes (PettingZooVecEnv.state_dict)
         episode_returns.running = checkpoint["episode_returns"]
     torch.set_rng_state(checkpoint["rng_states"]["torch"].cpu())
     if checkpoint["rng_states"]["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([state.cpu() for state in checkpoint["rng_states"]["cuda"]])
-    return Progress(**checkpoint["progress"])
 
 
 def range_errors(args) -> list[str]:
@@ -1213,6 +1245,9 @@ def check_args(args: Args):
         problems.append(f"--sort-entities applies to simple_spread_v3 only, not {args.env_id}")
     if args.env_id in MPE_SCENARIOS and (args.env_kwargs or args.async_envs):
         problems.append("--env-kwargs and --async-envs apply to envs given by import path, not to MPE scenarios")
+    for flag in [f for f in ("n_agents", "max_cycles") if getattr(args, f) != getattr(Args, f)]:
+        if args.env_id not in MPE_SCENARIOS:  # an env given by import path takes its own keyword
+            problems.append(f"--{flag.replace('_', '-')} is for MPE scenarios; use --env-kwargs with {args.env_id}")
     if args.num_mini_batch < 1 or batch % args.num_mini_batch != 0:
         problems.append(
             f"--num-mini-batch {args.num_mini_batch} does not divide the rollout of {batch} env steps "
@@ -1257,10 +1292,11 @@ def select_device(want_cuda: bool) -> torch.device:
 
 class StopRequest:
     """Turns Ctrl-C (SIGINT) and SIGTERM into a request that the training loop honours at the end of an iteration,
-    so that a stopped run still saves consistent weights and ends with one line. A second signal acts at once."""
+    so that a stopped run still saves consistent weights and ends with one line. A second signal acts at once. An
+    error of the user's env ends the block at once; `env_error` keeps it for `main` to report, after saving."""
 
     def __enter__(self):
-        self.signal = None
+        self.signal, self.env_error = None, None
         self.previous = {s: signal.signal(s, self.request) for s in (signal.SIGINT, signal.SIGTERM)}
         return self
 
@@ -1268,9 +1304,11 @@ class StopRequest:
         self.signal = signum
         self.__exit__()
 
-    def __exit__(self, *exc_info):
+    def __exit__(self, kind=None, error=None, trace=None) -> bool:
         for s, handler in self.previous.items():
             signal.signal(s, handler)
+        self.env_error = error if isinstance(error, EnvError) else None
+        return self.env_error is not None
 
 
 class EpisodeReturns:
@@ -1368,4 +1406,7 @@ def run_evaluation_only(args: Args, device: torch.device):
 
 
 if __name__ == "__main__":
-    main(parse_args())
+    try:
+        main(parse_args())
+    except EnvError as error:  # before a training run's first update, or in test mode: nothing to keep
+        raise SystemExit(f"error: {error}") from None

@@ -165,6 +165,28 @@ def assert_sigterm_checkpoint_resumes(stop_script, run_script, cwd):
     assert logged_scalars(run_dir)["losses/policy_loss"][-1][0] == step + 200
 
 
+FAULT_FLAGS = ["--env-id", "tests.faulty_env", "--n-rollout-threads", "2", "--episode-length", "10"]
+FAULT_FLAGS += ["--total-timesteps", "400", "--n-eval-episodes", "2", "--log-interval", "1000", "--ppo-epoch", "2"]
+
+
+def assert_an_env_fault_keeps_the_last_update(run_script, cwd):
+    """tests/faulty_env.py raises in its 30th step: after two updates of 20 env steps (2 envs x 10 steps), the run
+    ends with one error line naming the env, the call, the step and the exception, and its checkpoint holds the
+    second update (step 40). The same command with --resume goes on from there, until the fault comes again at the
+    resumed process's 30th step: then the checkpoint holds step 80."""
+    flags = [*FAULT_FLAGS, "--env-kwargs", "fail", "step", "at_call", "30"]
+    result = run_script(cwd, *flags, check=False)
+    message = "--env-id tests.faulty_env: its step() raised RuntimeError('step failed on purpose') at env step 58"
+    assert_one_line_error(result, message)
+    (run_name,) = os.listdir(cwd / "runs")
+    checkpoint = cwd / "runs" / run_name / "checkpoint.pt"
+    assert f"the run up to step 40 is kept: fix the env, add --resume runs/{run_name}/checkpoint.pt" in result.stderr
+    assert torch.load(checkpoint, weights_only=False)["global_step"] == 40
+    resumed = run_script(cwd, *flags, "--resume", str(checkpoint), check=False)
+    assert_one_line_error(resumed, "its step() raised RuntimeError('step failed on purpose') at env step 98")
+    assert torch.load(checkpoint, weights_only=False)["global_step"] == 80
+
+
 def assert_bad_resumes_are_refused(run_script, cwd, module):
     """A model-only file, changed algorithm arguments, a finished run, another script's checkpoint and one of an
     earlier version (its envs' states pickled by worker processes) are each refused with one line by

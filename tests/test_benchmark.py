@@ -4,6 +4,7 @@ curves' averaging and the figures."""
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -357,3 +358,20 @@ def test_devices_tables_the_speed_of_each_run_it_makes():
     assert min(sps, steady, rollout_ms, update_ms) > 0 and steady == pytest.approx(
         4 * 25 / (rollout_ms + update_ms) * 1000, rel=0.03
     )
+
+
+@pytest.mark.parametrize("mode, sizes", [("acting", ["3", "6", "12"]), ("critic", ["3", "12"])])
+def test_mat_timings_table_every_team_size(tmp_path, mode, sizes):
+    """`benchmark.sh mat acting|critic` with a tiny TIMING_SECONDS (from a copy, so that its log in bench/ is not
+    the repository's): a row per team size, positive times whose ratio is the last column."""
+    for name in ("benchmark.sh", "mat_mpe.py", "mat_mpe_ep_critic.py"):
+        shutil.copy(os.path.join(ROOT, name), tmp_path)
+    env = {**os.environ, "TIMING_SECONDS": "0.01"}
+    command = ["bash", str(tmp_path / "benchmark.sh"), "mat", mode]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line.strip("| ").split(" | ") for line in result.stdout.splitlines() if line[2:3].isdigit()]
+    assert [row[0] for row in rows] == sizes
+    for row in rows:
+        first, second, ratio = float(row[-3]), float(row[-2]), float(row[-1].rstrip("x"))
+        assert min(first, second) > 0 and ratio == pytest.approx(second / first, abs=0.01 + 0.01 * ratio)

@@ -16,10 +16,12 @@ sys.path.insert(0, ROOT)
 SCRIPT = "mappo_mpe.py"  # run end to end by the run_script fixture (conftest.py)
 
 from conftest import (  # noqa: E402
+    FAULT_FLAGS,
     GENERIC_ENVS,
     KAZ,
     STOP_FLAGS,
     TINY,
+    assert_an_env_fault_keeps_the_last_update,
     assert_bad_resumes_are_refused,
     assert_one_line_error,
     assert_resume_is_exact,
@@ -228,16 +230,19 @@ def test_masked_actions_are_never_sampled():
     torch.testing.assert_close(greedy, dist.probs.argmax(-1))
 
 
-def test_discrete_actions_keep_the_masked_categorical():
-    """The distribution helper's discrete path is the categorical the scripts used before continuous actions."""
+def test_discrete_actions_are_a_softmax_over_the_available_ones():
+    """Agent 0 has 3 of 5 actions: its probabilities are the softmax of those 3 logits alone (the other two get
+    none, even with the largest logits), its entropy is theirs and its greedy action the best available one;
+    agent 1, with all 5, gets the plain softmax."""
     avail = torch.tensor([[True, True, True, False, False], [True] * 5])
     logits = torch.randn(64, 2, 5)
+    logits[:, 0, 3:] += 10.0  # unavailable actions with the largest logits
     dist = m.action_distribution(logits, avail, None)
-    reference = torch.distributions.Categorical(logits=logits.masked_fill(~avail, -1e10))
-    actions = reference.sample()
-    torch.testing.assert_close(dist.log_prob(actions), reference.log_prob(actions), atol=0, rtol=0)
-    torch.testing.assert_close(dist.entropy(), reference.entropy(), atol=0, rtol=0)
-    torch.testing.assert_close(dist.mode, reference.probs.argmax(-1), atol=0, rtol=0)
+    own = torch.softmax(logits[:, 0, :3], dim=-1)
+    torch.testing.assert_close(dist.probs[:, 0, :3], own, atol=1e-6, rtol=0)
+    assert (dist.probs[:, 0, 3:] == 0).all() and (dist.mode[:, 0] == own.argmax(-1)).all()
+    torch.testing.assert_close(dist.entropy()[:, 0], -(own * own.log()).sum(-1), atol=1e-5, rtol=0)
+    torch.testing.assert_close(dist.probs[:, 1], torch.softmax(logits[:, 1], dim=-1), atol=1e-6, rtol=0)
 
 
 def censored_log_prob(mean: torch.Tensor, std: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -265,7 +270,6 @@ def test_gaussian_padded_dimensions_change_nothing():
         entropy = dist.entropy()
     assert actions.shape == (512, 2, 5) and torch.all(actions[:, 0, 3:] == 0) and torch.all(greedy[:, 0, 3:] == 0)
     torch.testing.assert_close(dist.log_prob(padded), logprobs, atol=0, rtol=0)
-    torch.testing.assert_close(greedy[:, 1], dist.mean[:, 1].clamp(0, 1), atol=0, rtol=0)
     std = torch.sigmoid(agent.actor_std_logit)
     for i, d in enumerate([3, 5]):
         reference = censored_log_prob(dist.mean[:, i, :d], std[i, :d], actions[:, i, :d]).sum(-1).float()
@@ -527,7 +531,9 @@ def test_a_training_state_survives_a_weights_only_checkpoint(tmp_path):
     expected = (torch.rand(3), torch.randperm(10), envs.step(torch.zeros(4, 3, dtype=torch.long)).obs)
     torch.manual_seed(6)
     other_envs, other_returns = m.BatchedMPE("simple_spread_v3", scenario(), 4, 9, CPU), m.EpisodeReturns(4, 3, CPU)
-    restored = m.resume_training(torch.load(tmp_path / "state.pt", weights_only=True), other_envs, other_returns)
+    checkpoint = torch.load(tmp_path / "state.pt", weights_only=True)
+    m.resume_training(checkpoint, other_envs, other_returns)
+    restored = m.Progress(**checkpoint["progress"])
     again = (torch.rand(3), torch.randperm(10), other_envs.step(torch.zeros(4, 3, dtype=torch.long)).obs)
     assert all(torch.equal(a, b) for a, b in zip(again, expected))
     assert restored == progress and torch.equal(other_returns.running, episode_returns.running)
@@ -758,6 +764,70 @@ def test_sigterm_leaves_a_checkpoint_that_resumes(tmp_path, stop_script, run_scr
     assert_sigterm_checkpoint_resumes(stop_script, run_script, tmp_path)
 
 
+FAULTS = {  # tests/faulty_env.py's `fail` and `at_call`, other flags, and what the error line says
+    "constructor": (["fail", "construct"], [], "cannot make tests.faulty_env.parallel_env: ValueError('n_agents must"),
+    "keyword of the wrong type": (["n_agents", "abc"], [], "TypeError(\"'str' object cannot be interpreted as an"),
+    "first reset": (["fail", "reset"], [], "its reset() raised RuntimeError('reset failed on purpose')"),
+    "reset after an update": (
+        ["fail", "reset", "at_call", "6"],
+        [],
+        "its reset() raised RuntimeError('reset failed on purpose') at env step 48",
+    ),
+    "state": (
+        ["fail", "state", "at_call", "40"],
+        [],
+        "its state() raised RuntimeError('state failed on purpose') at env step 64",
+    ),
+    "NaN": (["fail", "nonfinite", "at_call", "30"], [], "its step() returned a NaN or infinity at env step 58"),
+    "rendering": (
+        ["fail", "render", "at_call", "3"],
+        ["--capture-video"],
+        "its render() raised RuntimeError('render failed on purpose') at env step 20",
+    ),
+    "in a worker process": (
+        ["fail", "step", "at_call", "30"],
+        ["--async-envs"],
+        "its step() raised RuntimeError('step failed on purpose') at env step 58",
+    ),
+}
+
+
+@pytest.mark.parametrize("kwargs, flags, message", FAULTS.values(), ids=FAULTS.keys())
+def test_every_fault_of_the_users_env_is_one_error_line(tmp_path, run_script, kwargs, flags, message):
+    """Exit code 1 and one line naming the env, the call, the step (after the first) and the exception; a fault after
+    an update keeps that update's checkpoint (the step is where the update left the run: 20 env steps each)."""
+    result = run_script(tmp_path, *FAULT_FLAGS, "--env-kwargs", *kwargs, *flags, check=False)
+    assert_one_line_error(result, "error: --env-id tests.faulty_env: ")
+    assert message in result.stderr
+    runs = os.listdir(tmp_path / "runs") if os.path.exists(tmp_path / "runs") else []
+    kept = [torch.load(tmp_path / "runs" / run / "checkpoint.pt", weights_only=False)["global_step"] for run in runs]
+    assert kept == ([int(message.split("at env step ")[1]) // 20 * 20] if "at env step" in message else [])
+
+
+def test_a_fault_in_test_mode_is_one_error_line(tmp_path, run_script):
+    """A checkpoint of an env that fails only when it renders, evaluated with a video: one line, exit 1."""
+    run_script(tmp_path, *FAULT_FLAGS, "--env-kwargs", "fail", "render", "at_call", "2", "--save-model")
+    (run_name,) = os.listdir(tmp_path / "runs")
+    result = run_script(tmp_path, "--eval-checkpoint", f"runs/{run_name}/model.pt", "--capture-video", check=False)
+    assert_one_line_error(result, "error: --env-id tests.faulty_env: its render() raised RuntimeError('render fai")
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--n-agents", "6"], "--n-agents is for MPE scenarios; use --env-kwargs with tests.faulty_env"),
+        (["--max-cycles", "9"], "--max-cycles is for MPE scenarios; use --env-kwargs with tests.faulty_env"),
+        (["--env-kwargs", "fail", "step", "at_call"], "--env-kwargs takes name-value pairs, not 3 values"),
+    ],
+)
+def test_flags_an_env_given_by_import_path_cannot_take_are_one_error_line(tmp_path, run_script, flags, message):
+    assert_one_line_error(run_script(tmp_path, *FAULT_FLAGS, *flags, check=False), message)
+
+
+def test_a_fault_of_the_users_env_keeps_the_last_update_and_resumes(tmp_path, run_script):
+    assert_an_env_fault_keeps_the_last_update(run_script, tmp_path)
+
+
 def test_bad_resumes_are_refused_in_one_line(tmp_path, run_script):
     assert_bad_resumes_are_refused(run_script, tmp_path, m)
 
@@ -920,6 +990,7 @@ def test_an_agent_who_died_adds_nothing_to_the_update():
             buffer.insert(t, actions, logprobs, step.rewards, step)
         buffer.compute_values(agent, value_norm)
         advantages, returns = m.compute_gae(buffer, 0.99, 0.95)
+    buffer.logprobs += 0.3 * torch.randn_like(buffer.logprobs)  # ratios away from 1, some clipped: a loss not ~0
     alive = buffer.alive[:-1]
     assert alive[:3].all() and not alive[3:, :, 1].any() and alive[3:, :, [0, 2]].all()
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
@@ -927,11 +998,14 @@ def test_an_agent_who_died_adds_nothing_to_the_update():
     by_hand.update(returns[alive])
     with torch.no_grad():
         obs, state = buffer.obs[:-1].flatten(0, 1), buffer.state[:-1].flatten(0, 1)
-        entropy = agent.get_dist(obs).entropy().view_as(alive)[alive].mean()
+        dist = agent.get_dist(obs)
+        entropy = dist.entropy().view_as(alive)[alive].mean()
+        ratio = (dist.log_prob(buffer.actions.flatten(0, 1)).view_as(alive) - buffer.logprobs)[alive].exp()
         values = agent.get_value(obs, state).view_as(alive)[alive]
     old_values, ones = by_hand.normalize(buffer.values[:-1][alive]), torch.ones_like(values, dtype=torch.bool)
     value_loss = m.value_loss_fn(values, old_values, by_hand.normalize(returns[alive]), ones, args)
-    adv = advantages[alive]
-    assert stats["policy_loss"] == pytest.approx(-((adv - adv.mean()) / (adv.std() + 1e-5)).mean().item(), abs=1e-6)
+    adv = (advantages[alive] - advantages[alive].mean()) / (advantages[alive].std() + 1e-5)
+    policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - args.clip, 1 + args.clip) * adv).mean()
+    assert abs(policy_loss.item()) > 0.01 and stats["policy_loss"] == pytest.approx(policy_loss.item(), rel=1e-5)
     assert stats["entropy"] == pytest.approx(entropy.item(), rel=1e-6)
     assert stats["value_loss"] == pytest.approx(value_loss.item(), rel=1e-5)

@@ -14,6 +14,7 @@ SCRIPT = "mappo_mpe_rnn.py"  # run end to end by the run_script fixture (conftes
 from conftest import (  # noqa: E402
     GENERIC_ENVS,
     TINY,
+    assert_an_env_fault_keeps_the_last_update,
     assert_bad_resumes_are_refused,
     assert_one_line_error,
     assert_resume_is_exact,
@@ -350,6 +351,10 @@ def test_resume_goes_on_exactly_as_an_uninterrupted_run(tmp_path, run_script):
 
 def test_sigterm_leaves_a_checkpoint_that_resumes(tmp_path, stop_script, run_script):
     assert_sigterm_checkpoint_resumes(stop_script, run_script, tmp_path)
+
+
+def test_a_fault_of_the_users_env_keeps_the_last_update_and_resumes(tmp_path, run_script):
+    assert_an_env_fault_keeps_the_last_update(run_script, tmp_path)
 
 
 def test_bad_resumes_are_refused_in_one_line(tmp_path, run_script):

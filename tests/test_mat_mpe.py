@@ -16,6 +16,7 @@ from conftest import (  # noqa: E402
     GENERIC_ENVS,
     TINY,
     all_alive,
+    assert_an_env_fault_keeps_the_last_update,
     assert_bad_resumes_are_refused,
     assert_one_line_error,
     assert_resume_is_exact,
@@ -25,7 +26,6 @@ from conftest import (  # noqa: E402
     save_then_test_mode,
 )
 
-import mappo_mpe  # noqa: E402
 import mat_mpe as m  # noqa: E402
 
 SCENARIOS = {
@@ -120,7 +120,8 @@ def test_changing_an_action_changes_no_logits_of_earlier_agents(j):
 @pytest.mark.parametrize("continuous", [False, True])
 def test_an_agent_who_died_is_a_zero_token_to_the_next_agents(continuous):
     """Agents 1 and 3 of 5 have left their episodes: whatever action is stored for them, the later agents decode
-    the same outputs (their tokens are zeros), and acting agent by agent still gives the teacher-forced log-probs."""
+    the same outputs (their tokens are fixed, unlike any action's), and acting agent by agent still gives the
+    teacher-forced log-probs."""
     model, spec = random_model(n_agents=5, n_block=2, n_head=2, continuous_actions=continuous)
     obs, alive = torch.randn(64, 5, spec.obs_dim), torch.tensor([True, False, True, False, True]).expand(64, 5)
     with torch.no_grad():
@@ -135,6 +136,9 @@ def test_an_agent_who_died_is_a_zero_token_to_the_next_agents(continuous):
     torch.testing.assert_close(after, before, atol=0, rtol=0)
     assert (seen[:, 2] - before[:, 2]).abs().max() > 1e-3  # alive, agent 1's action would have been seen
     torch.testing.assert_close(tf_logprobs, logprobs, atol=1e-5, rtol=0)
+    dead = model.shift_actions(actions, alive)[:, [2, 4]]  # the tokens that follow agents 1 and 3
+    # no action gives a dead agent's token: actions are one-hots (slots 1..), or vectors in the unit box
+    assert (((dead < 0) | (dead > 1)).any(-1) if continuous else dead.sum(-1) == 0).all()
 
 
 @pytest.mark.parametrize("n_agents", [3, 8])
@@ -269,25 +273,21 @@ def test_batched_env_shapes(env_id):
     np.testing.assert_array_equal(envs.spec.avail_actions.sum(axis=1), action_dims)
 
 
-def test_gae_and_value_norm_are_those_of_mappo():
-    torch.manual_seed(0)
-    T, n_envs, n_agents = 6, 4, 3
-    rewards, final_values = torch.randn(T, n_envs, n_agents), torch.randn(T, n_envs, n_agents)
-    values = torch.randn(T + 1, n_envs, n_agents)
-    terminated, truncated = torch.rand(T, n_envs, n_agents) < 0.2, torch.rand(T, n_envs, n_agents) < 0.2
+def test_gae_known_answers_with_termination_and_truncation():
+    """gamma = lambda = 0.5, two envs of one agent over 3 steps, worked by hand. Env 0 terminates at step 1 (its
+    value after that is 0 and no advantage flows back across it); env 1 is truncated at step 0, which bootstraps
+    from its final observation's value 2 instead of the next episode's first."""
     rollout = SimpleNamespace(
-        rewards=rewards, values=values, final_values=final_values, terminated=terminated, truncated=truncated
+        rewards=torch.tensor([[1.0, 1.0], [2.0, 1.0], [3.0, 1.0]]).unsqueeze(-1),  # (T, n_envs, 1)
+        values=torch.tensor([[0.5, 1.0], [0.25, 1.0], [0.125, 1.0], [1.0, 1.0]]).unsqueeze(-1),
+        final_values=torch.tensor([[0.0, 2.0], [0.0, 0.0], [0.0, 0.0]]).unsqueeze(-1),
+        terminated=torch.tensor([[False, False], [True, False], [False, False]]).unsqueeze(-1),
+        truncated=torch.tensor([[False, True], [False, False], [False, False]]).unsqueeze(-1),
     )
-    ours, theirs = m.compute_gae(rollout, 0.99, 0.95), mappo_mpe.compute_gae(rollout, 0.99, 0.95)
-    for a, b in zip(ours, theirs):
-        torch.testing.assert_close(a, b, atol=0, rtol=0)
-    norm, reference = m.ValueNorm(), mappo_mpe.ValueNorm()
-    for x in (torch.randn(50) * 10 - 20, torch.randn(50) * 3):
-        norm.update(x)
-        reference.update(x)
-    x = torch.randn(20)
-    torch.testing.assert_close(norm.normalize(x), reference.normalize(x), atol=0, rtol=0)
-    torch.testing.assert_close(norm.denormalize(norm.normalize(x)), x)
+    advantages, returns = m.compute_gae(rollout, 0.5, 0.5)
+    expected = torch.tensor([[1.0625, 1.0], [1.75, 0.625], [3.375, 0.5]]).unsqueeze(-1)
+    torch.testing.assert_close(advantages, expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(returns, expected + rollout.values[:-1], atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("shuffle_agents,continuous", [(False, False), (True, False), (False, True)])
@@ -413,6 +413,10 @@ def test_resume_goes_on_exactly_as_an_uninterrupted_run(tmp_path, run_script, fl
 
 def test_sigterm_leaves_a_checkpoint_that_resumes(tmp_path, stop_script, run_script):
     assert_sigterm_checkpoint_resumes(stop_script, run_script, tmp_path)
+
+
+def test_a_fault_of_the_users_env_keeps_the_last_update_and_resumes(tmp_path, run_script):
+    assert_an_env_fault_keeps_the_last_update(run_script, tmp_path)
 
 
 def test_bad_resumes_are_refused_in_one_line(tmp_path, run_script):

@@ -16,6 +16,7 @@ from conftest import (  # noqa: E402
     GENERIC_ENVS,
     TINY,
     all_alive,
+    assert_an_env_fault_keeps_the_last_update,
     assert_bad_resumes_are_refused,
     assert_one_line_error,
     assert_resume_is_exact,
@@ -217,10 +218,16 @@ def test_model_shapes(env_id):
 
 @pytest.mark.parametrize("continuous", [False, True])
 def test_first_ppo_epoch_starts_on_policy(continuous):
+    """At lr 0 the update's teacher-forced pass gives every stored action the log-prob it was drawn with (ratio 1).
+    The weights are drawn large, so that each agent's outputs depend strongly on the tokens of the agents before it:
+    an untrained model hardly reacts to them, and would pass with the tokens shifted wrongly."""
     torch.manual_seed(0)
     spec = env_spec(continuous_actions=continuous)
     args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0, continuous_actions=continuous)
     agent, value_norm, optimizer = m.build_agent(spec, args, CPU)
+    with torch.no_grad():
+        for weight in agent.parameters():
+            weight.normal_(0.0, 0.5)
     buffer = random_rollout(agent, spec, 5, 2)
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(5, 2, 3), torch.randn(5, 2, 3), args)
     assert stats["ratio"] == pytest.approx(1.0, abs=1e-6)
@@ -285,6 +292,10 @@ def test_resume_goes_on_exactly_as_an_uninterrupted_run(tmp_path, run_script):
 
 def test_sigterm_leaves_a_checkpoint_that_resumes(tmp_path, stop_script, run_script):
     assert_sigterm_checkpoint_resumes(stop_script, run_script, tmp_path)
+
+
+def test_a_fault_of_the_users_env_keeps_the_last_update_and_resumes(tmp_path, run_script):
+    assert_an_env_fault_keeps_the_last_update(run_script, tmp_path)
 
 
 def test_bad_resumes_are_refused_in_one_line(tmp_path, run_script):
