@@ -1089,8 +1089,7 @@ class PettingZooVecEnv:
         render = lambda k: "rgb_array" if render_first and k == 0 else None  # noqa: E731
         makers = [functools.partial(PettingZooEnv, env_id, scenario, self.spec, render(k)) for k in range(n_envs)]
         self.envs = (gymnasium.vector.AsyncVectorEnv if async_envs else gymnasium.vector.SyncVectorEnv)(makers)
-        if async_envs:  # a worker's EnvError comes back as one; gymnasium's log would repeat it with a traceback
-            gymnasium.logger.min_level = gymnasium.logger.ERROR + 1
+        gymnasium.logger.min_level = gymnasium.logger.ERROR + 1  # a worker's EnvError is raised here: no traceback log
         self.env_id, self.n_envs, self.seed, self.device, self.steps = env_id, n_envs, seed, device, 0
 
     def reset(self, seed: int | None = None):
@@ -1342,7 +1341,10 @@ def memory_estimate(spec: EnvSpec, args: Args) -> int:
     grow with the agent-steps of a rollout, by floats per agent-step fitted to measured peaks (docs/speed.md)."""
     n_agents = len(spec.agents)
     inputs = spec.obs_dim + spec.state_dim / n_agents  # floats of observation and state stored per agent-step
-    per_agent_step = 4 * inputs + 5 * args.hidden_size + (14 * args.hidden_size + 250) / args.num_mini_batch
+    rows = 1 if args.state_type == "EP" else n_agents  # critic rows per env: FP and AS add the id, AS the obs
+    extra = rows * (spec.state_dim + (rows > 1) * n_agents + (args.state_type == "AS") * spec.obs_dim) - spec.state_dim
+    critic = (3 * extra + 15 * args.hidden_size * (rows - 1)) / n_agents  # more inputs and activations than EP's
+    per_agent_step = 4 * inputs + critic + 5 * args.hidden_size + (14 * args.hidden_size + 250) / args.num_mini_batch
     return int(4 * args.episode_length * args.n_rollout_threads * n_agents * per_agent_step)
 
 
@@ -1369,9 +1371,8 @@ def select_device(want_cuda: bool) -> torch.device:
 
 
 class StopRequest:
-    """Turns Ctrl-C (SIGINT) and SIGTERM into a request that the training loop honours at the end of an iteration,
-    so that a stopped run still saves consistent weights and ends with one line. A second signal acts at once. An
-    error of the user's env ends the block at once; `env_error` keeps it for `main` to report, after saving."""
+    """Turns Ctrl-C (SIGINT) and SIGTERM into a request that the training loop honours at the end of an iteration
+    (a second signal acts at once); an EnvError ends the block, kept in `env_error` for `main` to save and report."""
 
     def __enter__(self):
         self.signal, self.env_error = None, None

@@ -1155,8 +1155,7 @@ class PettingZooVecEnv:
         render = lambda k: "rgb_array" if render_first and k == 0 else None  # noqa: E731
         makers = [functools.partial(PettingZooEnv, env_id, scenario, self.spec, render(k)) for k in range(n_envs)]
         self.envs = (gymnasium.vector.AsyncVectorEnv if async_envs else gymnasium.vector.SyncVectorEnv)(makers)
-        if async_envs:  # a worker's EnvError comes back as one; gymnasium's log would repeat it with a traceback
-            gymnasium.logger.min_level = gymnasium.logger.ERROR + 1
+        gymnasium.logger.min_level = gymnasium.logger.ERROR + 1  # a worker's EnvError is raised here: no traceback log
         self.env_id, self.n_envs, self.seed, self.device, self.steps = env_id, n_envs, seed, device, 0
 
     def reset(self, seed: int | None = None):
@@ -1430,9 +1429,8 @@ def select_device(want_cuda: bool) -> torch.device:
 
 
 class StopRequest:
-    """Turns Ctrl-C (SIGINT) and SIGTERM into a request that the training loop honours at the end of an iteration,
-    so that a stopped run still saves consistent weights and ends with one line. A second signal acts at once. An
-    error of the user's env ends the block at once; `env_error` keeps it for `main` to report, after saving."""
+    """Turns Ctrl-C (SIGINT) and SIGTERM into a request that the training loop honours at the end of an iteration
+    (a second signal acts at once); an EnvError ends the block, kept in `env_error` for `main` to save and report."""
 
     def __enter__(self):
         self.signal, self.env_error = None, None
