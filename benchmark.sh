@@ -33,6 +33,9 @@
 # confidence intervals, by rliable) and marl_eval.json (marl-eval's layout) into bench/grid_BUDGET.
 # The same grid command again, after Ctrl-C, skips the finished runs and resumes the stopped ones from their checkpoints.
 # SEED (1) and PRESET (official; or tuned) choose the seed and the --preset of the learning runs of the other modes.
+# SMOKE=1 runs a mode on a tiny budget, as the tests do: 400 env steps a run, 2 envs of 10-step rollouts, 2 evaluation
+# episodes, timings of TIMING_SECONDS (0.05 then), sweep's first two settings, threads' one-thread rows; its tables
+# come out, their numbers meaning nothing.
 # ALGO is mappo (mappo_mpe.py), rnn (mappo_mpe_rnn.py), mat (mat_mpe.py) or mat_ep (mat_mpe_ep_critic.py). Runs go to bench/runs (TensorBoard) and
 # bench/ALGO_*.log; every run ends with a table of its returns.
 set -euo pipefail
@@ -43,6 +46,16 @@ cd "$here/bench"
 export SDL_VIDEODRIVER=dummy
 seed="${SEED:-1}"
 preset="${PRESET:-official}"
+smoke=()  # flags every learning run gets first, so that a mode's own flags win over them
+if [ -n "${SMOKE:-}" ]; then
+  smoke=(--total-timesteps 400 --n-rollout-threads 2 --episode-length 10 --n-eval-episodes 2 --eval-interval 100)
+  smoke+=(--log-interval 100)
+  export TIMING_SECONDS="${TIMING_SECONDS:-0.05}"
+fi
+
+steps() {  # the env steps of a run whose budget is $1: $1, or 400 with SMOKE
+  if [ -n "${SMOKE:-}" ]; then echo 400; else echo "$1"; fi
+}
 
 script_of() {  # the script file of ALGO $1, or nothing
   case "$1" in
@@ -67,11 +80,11 @@ fi
 raw_env_rate() {  # single-process random-action env steps per second of mpe2's parallel_env for scenario $1, with
   # actions from action_space.sample()
   python - "$1" <<'PY'
-import importlib, sys, time
+import importlib, os, sys, time
 env = importlib.import_module(f"mpe2.{sys.argv[1]}").parallel_env(max_cycles=25)
 env.reset(seed=0)
 steps, start = 0, time.perf_counter()
-while time.perf_counter() - start < 10.0:
+while time.perf_counter() - start < float(os.environ.get("TIMING_SECONDS", 10)):
     env.step({a: env.action_space(a).sample() for a in env.agents})
     if not env.agents:
         env.reset()
@@ -83,17 +96,17 @@ PY
 batched_env_rate() {  # env steps per second of the scripts' batched env (BatchedMPE) for scenario $1 with $2 envs on
   # the CPU, one torch thread, uniformly random discrete actions drawn in the loop
   python - "$1" "$2" "$here" <<'PY'
-import sys, time
+import os, sys, time
 import torch
 sys.path.insert(0, sys.argv[3])
-from mappo_mpe import Args, BatchedMPE, scenario_kwargs
+from mappo_mpe import Args, BatchedMPE, get_env_spec, scenario_kwargs
 torch.set_num_threads(1)
 env_id, n_envs = sys.argv[1], int(sys.argv[2])
-envs = BatchedMPE(env_id, scenario_kwargs(Args(env_id=env_id)), n_envs, 0, torch.device("cpu"))
+envs = BatchedMPE(get_env_spec(env_id, scenario_kwargs(Args(env_id=env_id))), n_envs, 0, torch.device("cpu"))
 envs.reset()
 n_actions = torch.as_tensor(envs.spec.avail_actions.sum(axis=1))  # (n_agents,)
 steps, start = 0, time.perf_counter()
-while time.perf_counter() - start < 5.0:
+while time.perf_counter() - start < float(os.environ.get("TIMING_SECONDS", 5)):
     envs.step((torch.rand(n_envs, len(n_actions)) * n_actions).long())
     steps += 1
 print(f"{steps * n_envs / (time.perf_counter() - start):.0f}")
@@ -128,7 +141,7 @@ PY
 train() {  # name, flags...: one run, logged to bench/ALGO_NAME[_PRESET]_seedSEED.log
   local name="${algo}_$1"; shift
   [ "$preset" = official ] || name+="_$preset"
-  python "$script" --exp-name "$name" --seed "$seed" --preset "$preset" "$@" 2>&1 | tee "${name}_seed$seed.log"
+  python "$script" "${smoke[@]}" --exp-name "$name" --seed "$seed" --preset "$preset" "$@" 2>&1 | tee "${name}_seed$seed.log"
   curve "__${name}__${seed}__" | tee -a "${name}_seed$seed.log"
 }
 
@@ -208,17 +221,23 @@ PY
 }
 
 stop_and_resume() {  # 600k steps of spread straight, and the same run stopped by SIGTERM at 300k, then resumed
-  train resume_straight --total-timesteps 600000
-  local name="${algo}_resume_stopped"
-  python -u "$script" --exp-name "$name" --seed "$seed" --total-timesteps 600000 > "$name.log" 2>&1 &
+  local name="${algo}_resume_stopped" total stop
+  total="$(steps 600000)"
+  stop=$(( total / 2 ))
+  [ -z "${SMOKE:-}" ] || stop=100  # at the first progress line, with most of the run left to stop in
+  train resume_straight --total-timesteps "$total"
+  python -u "$script" "${smoke[@]}" --exp-name "$name" --seed "$seed" --total-timesteps "$total" > "$name.log" 2>&1 &
   local pid=$!
-  until grep -q "^step   300,000/" "$name.log" 2>/dev/null; do kill -0 "$pid" || exit 1; sleep 1; done
+  until grep -Eq "^step +$(python -c "print(f'{$stop:,}')")/" "$name.log" 2>/dev/null; do
+    kill -0 "$pid" || exit 1
+    sleep 0.1
+  done
   kill -TERM "$pid"
   wait "$pid" || true
   tail -1 "$name.log"
   local run
   run=$(ls -td runs/*__"${name}"__* | head -1)
-  python "$script" --exp-name "$name" --seed "$seed" --total-timesteps 600000 --resume "$run/checkpoint.pt" 2>&1 \
+  python "$script" "${smoke[@]}" --exp-name "$name" --seed "$seed" --total-timesteps "$total" --resume "$run/checkpoint.pt" 2>&1 \
     | tee -a "$name.log"
   curve "__${name}__" | tee -a "$name.log"
   python - "$(ls -td runs/*__"${algo}"_resume_straight__* | head -1)" "$run" <<'PY'
@@ -228,10 +247,11 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 straight, resumed = sys.argv[1:]
 a, b = (torch.load(f"{run}/checkpoint.pt", weights_only=True) for run in (straight, resumed))
 same_params = a["agent"].keys() == b["agent"].keys() and all(torch.equal(a["agent"][k], b["agent"][k]) for k in a["agent"])
+timing = lambda tag: tag == "charts/SPS" or tag.startswith("perf/")  # wall-clock times differ from run to run
 def scalars(run):
     events = EventAccumulator(run, size_guidance={"scalars": 0})
     events.Reload()
-    return {t: [(e.step, e.value) for e in events.Scalars(t)] for t in events.Tags()["scalars"] if t != "charts/SPS"}
+    return {t: [(e.step, e.value) for e in events.Scalars(t)] for t in events.Tags()["scalars"] if not timing(t)}
 x, y = scalars(straight), scalars(resumed)
 differing = [t for t in x if x[t] != y.get(t)]
 print(f"at step {a['global_step']:,} and {b['global_step']:,}: parameters bit-identical: {same_params}; "
@@ -241,7 +261,8 @@ PY
 
 official_task() {  # runs the script on simple_spread_v3 changed into the official codes' MPE task, in training (the
   # batched env) and in evaluation (mpe2)
-  python - "$script" --exp-name "${algo}_official_task" --seed "$seed" --total-timesteps 500000 "$@" <<'PY'
+  python - "$script" "${smoke[@]}" --exp-name "${algo}_official_task" --seed "$seed" --total-timesteps "$(steps 500000)" \
+    "$@" <<'PY'
 import importlib, os, sys
 import torch
 from mpe2._mpe_utils import core
@@ -296,7 +317,8 @@ versus() {  # this script against its copy at git revision $1 (a file that git s
   for round in 1 2; do
     for run in "versus_$rev/$file" "$script"; do
       local name="${algo}_versus_$([ "$run" = "$script" ] && echo current || echo "$rev")_$round"
-      python "$run" --exp-name "$name" --seed "$seed" --n-rollout-threads 32 --total-timesteps 300000 > "$name.log" 2>&1
+      python "$run" "${smoke[@]}" --exp-name "$name" --seed "$seed" --n-rollout-threads 32 \
+        --total-timesteps "$(steps 300000)" > "$name.log" 2>&1
     done
   done
   python - "$algo" "$rev" <<'PY'
@@ -310,7 +332,8 @@ for round in (1, 2):
         run = max(glob.glob(f"runs/*__{algo}_versus_{which}_{round}__*"), key=os.path.getmtime)
         events = EventAccumulator(run, size_guidance={"scalars": 0})
         events.Reload()
-        median = lambda tag: statistics.median(e.value for e in events.Scalars(tag)[5:])  # noqa: E731
+        later = lambda tag: [e.value for e in events.Scalars(tag)][len(events.Scalars(tag)) // 3 :]  # noqa: E731
+        median = lambda tag: statistics.median(later(tag))  # noqa: E731
         sps = events.Scalars("charts/SPS")[-1].value
         print(f"| {which}, round {round} | {sps:.0f} | {median('perf/rollout_ms'):.1f} | {median('perf/update_ms'):.1f} |")
 PY
@@ -363,11 +386,11 @@ threads() {  # SPS of one run alone and of two side by side, with --n-training-t
   echo "| env path | torch threads | alone: SPS | side by side: SPS of each | slowdown |"
   echo "|---|---|---|---|---|"
   for path in batched generic; do
-    flags=(--preset tuned --total-timesteps 96000)
-    [ "$path" = generic ] && flags=(--env-id mpe2.simple_spread_v3 --total-timesteps 19200)
-    for threads in 1 "$(nproc)"; do
+    flags=(--preset tuned --total-timesteps "$(steps 96000)")
+    [ "$path" = generic ] && flags=(--env-id mpe2.simple_spread_v3 --total-timesteps "$(steps 19200)")
+    for threads in 1 $([ -n "${SMOKE:-}" ] || nproc); do
       for k in 0 1 2; do  # run 0 alone, then runs 1 and 2 side by side
-        python "$script" "${flags[@]}" --n-training-threads "$threads" --eval-interval 1000000000 \
+        python "$script" "${smoke[@]}" "${flags[@]}" --n-training-threads "$threads" --eval-interval 1000000000 \
           --exp-name "${algo}_threads" > "threads/${path}_${threads}_$k.log" 2>&1 &
         [ "$k" = 1 ] || wait
       done
@@ -404,7 +427,8 @@ panel() {  # PANEL ("spread multiwalker kaz pursuit halfcheetah") x SCRIPTS ("ma
         run="panel_${env}_${name}_$s"
         grep -q "^run in " "logs/$run.log" 2>/dev/null && continue
         while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
-        python "$here/$(script_of "$name")" $(panel_env "$env") --seed "$s" --total-timesteps "${BUDGET:-500000}" \
+        python "$here/$(script_of "$name")" "${smoke[@]}" $(panel_env "$env") --seed "$s" \
+          --total-timesteps "$(steps "${BUDGET:-500000}")" \
           --exp-name "$run" > "logs/$run.log" 2>&1 &
       done
     done
@@ -468,7 +492,8 @@ scaling() {  # spread with --preset tuned at each team size of N_AGENTS, 2M env 
     grep -q "^run in " "logs/$run.log" 2>/dev/null && continue
     rm -rf "runs/${run}__"*  # an unfinished earlier try
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
-    python "$here/$name.py" --preset tuned --n-agents "$n" --seed "$seed" --exp-name "${name}_n$n" > "logs/$run.log" 2>&1 &
+    python "$here/$name.py" "${smoke[@]}" --preset tuned --n-agents "$n" --seed "$seed" --exp-name "${name}_n$n" \
+      > "logs/$run.log" 2>&1 &
   done
   wait
   python "$here/benchmark_plot.py" runs --scaling --out .
@@ -509,14 +534,14 @@ sweep() {  # trains every setting of sweep_configs for 500k steps, JOBS at a tim
     grep -q "^run in " "${algo}_sweep_${name}_seed$seed.log" 2>/dev/null && continue
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
     # shellcheck disable=SC2086  # flags are words
-    train "sweep_$name" --total-timesteps 500000 $flags > /dev/null &
-  done < <(sweep_configs)
+    train "sweep_$name" --total-timesteps "$(steps 500000)" $flags > /dev/null &
+  done < <(sweep_configs | head -n "$([ -n "${SMOKE:-}" ] && echo 2 || echo 100)")
   wait
   python - "$algo" "$seed" "$(sweep_configs)" <<'PY'
 import glob, os, sys
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 algo, seed, configs = sys.argv[1:]
-print("| setting | flags (over the official spread settings) | 250k: train / eval | 500k: train / eval | entropy at 500k |")
+print("| setting | flags (over the official spread settings) | half-way: train / eval | end: train / eval | entropy at the end |")
 print("|---|---|---|---|---|")
 for line in configs.splitlines():
     name, flags = line.split(":", 1)
@@ -529,7 +554,7 @@ for line in configs.splitlines():
     train = [(e.step, e.value) for e in events.Scalars("charts/episodic_return")]
     evals = [(e.step, e.value) for e in events.Scalars("eval/episodic_return")]
     cells = []
-    for mark in (250_000, 500_000):
+    for mark in (train[-1][0] // 2, train[-1][0]):  # 250k and 500k
         last = [v for s, v in train if s <= mark][-10:]
         cells.append(f"{sum(last) / len(last):.2f} / {[v for s, v in evals if s <= mark][-1]:.2f}")
     entropy = events.Scalars("losses/entropy")[-1].value
@@ -595,8 +620,10 @@ grid_runs() {  # "SCENARIO ALGO SEED" per run of the grid, scenario by scenario,
 }
 
 grid_command() {  # the training command of grid run $1 (scenario) $2 (ALGO) $3 (seed); it keeps the best model
-  printf 'python %q --env-id %s --preset tuned --seed %s --total-timesteps %s --save-model\n' "$here/$(script_of "$2")" \
-    "$(env_id_of "$1")" "$3" "$(grid_budget "$1" "$budget")"
+  local smoke_flags=""
+  [ ${#smoke[@]} -eq 0 ] || smoke_flags=" ${smoke[*]}"
+  printf 'python %q%s --env-id %s --preset tuned --seed %s --total-timesteps %s --save-model\n' "$here/$(script_of "$2")" \
+    "$smoke_flags" "$(env_id_of "$1")" "$3" "$(steps "$(grid_budget "$1" "$budget")")"
 }
 
 env_info() {  # JSON: each grid scenario's single-process random-action env step rate
@@ -654,7 +681,7 @@ grid() {  # runs the grid in bench/grid_BUDGET, jobs at a time, skipping the run
 }
 
 listener_flags=(--env-id simple_speaker_listener_v4 --ppo-epoch 15)
-reference_flags=(--env-id simple_reference_v3 --ppo-epoch 15 --total-timesteps 3000000)
+reference_flags=(--env-id simple_reference_v3 --ppo-epoch 15 --total-timesteps "$(steps 3000000)")
 if [ "$algo" = mappo ] || [ "$algo" = rnn ]; then  # as the official MAPPO runs these two: relu (its spread runs use tanh)
   listener_flags+=(--separate-actors --activation relu)
   reference_flags+=(--activation relu)
@@ -682,7 +709,8 @@ case "${2:-}" in
     log="${algo}_speed.log"
     read -r steal0 total0 <<< "$(cpu_times)"
     before=$(raw_env_rate simple_spread_v3)
-    python "$script" --exp-name "${algo}_speed" --n-rollout-threads 32 --total-timesteps 300000 --eval-interval 1000000 \
+    python "$script" "${smoke[@]}" --exp-name "${algo}_speed" --n-rollout-threads 32 --total-timesteps "$(steps 300000)" \
+      --eval-interval 1000000 \
       2>&1 | tee "$log"
     after=$(raw_env_rate simple_spread_v3)
     read -r steal1 total1 <<< "$(cpu_times)"

@@ -26,7 +26,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 import gymnasium
 import numpy as np
@@ -176,9 +176,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
     return tyro.cli(Args, args=argv, default=dataclasses.replace(Args(), **settings))
 
 
-# ----------------------------------------------------------------------------------------------------
-# Networks
-# ----------------------------------------------------------------------------------------------------
+# ---------------------------------------- Networks -------------------------------------------------------------------
 
 
 def layer_init(layer: nn.Linear, gain: float = np.sqrt(2)) -> nn.Linear:
@@ -300,9 +298,8 @@ def sort_entities(x: torch.Tensor, entities: tuple) -> torch.Tensor:
     """x (..., F) with the blocks of each entity group reordered by distance, nearest first. A group (count, starts)
     is `count` blocks of 2 numbers from each start: the first run holds the entities' positions relative to the
     agent, which set the order; the other runs (their messages) follow it. mpe2 lists spread's landmarks and
-    teammates in a fixed order, so an MLP has to learn the role of each block N times over ("go to the nearest
-    landmark" is a different function of the input for each of them); sorted, block k is always the k-th nearest.
-    A permutation of the input only: the observation itself stays mpe2's."""
+    teammates in a fixed order, so an MLP has to learn the role of each block N times over; sorted, block k is
+    always the k-th nearest. A permutation of the input only: the observation itself stays mpe2's."""
     if not entities:
         return x
     x = x.clone()
@@ -420,9 +417,7 @@ class MultiAgentTransformer(nn.Module):
         return dist.log_prob(actions), dist.entropy(), values
 
 
-# ----------------------------------------------------------------------------------------------------
-# Value normalization
-# ----------------------------------------------------------------------------------------------------
+# ---------------------------------------- Value normalization --------------------------------------------------------
 
 
 class ValueNorm(nn.Module):
@@ -432,9 +427,8 @@ class ValueNorm(nn.Module):
     def __init__(self, enabled: bool = True, beta: float = 0.99999, epsilon: float = 1e-5, min_var: float = 1e-2):
         super().__init__()
         self.enabled, self.beta, self.epsilon, self.min_var = enabled, beta, epsilon, min_var
-        self.register_buffer("running_mean", torch.zeros(()))
-        self.register_buffer("running_mean_sq", torch.zeros(()))
-        self.register_buffer("debiasing_term", torch.zeros(()))
+        for name in ("running_mean", "running_mean_sq", "debiasing_term"):
+            self.register_buffer(name, torch.zeros(()))
 
     def mean_var(self) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.enabled:
@@ -461,9 +455,7 @@ class ValueNorm(nn.Module):
         return x * var.sqrt() + mean
 
 
-# ----------------------------------------------------------------------------------------------------
-# Rollout buffer and GAE
-# ----------------------------------------------------------------------------------------------------
+# ---------------------------------------- Rollout buffer and GAE -----------------------------------------------------
 
 
 class RolloutBuffer:
@@ -475,14 +467,10 @@ class RolloutBuffer:
         self.obs = zeros(T + 1, n_envs, n_agents, spec.obs_dim)
         self.alive = torch.ones(T + 1, n_envs, n_agents, dtype=torch.bool, device=device)  # in the episode at t
         self.values = zeros(T + 1, n_envs, n_agents)  # denormalized: on the scale of the returns
-        if spec.continuous:  # the samples, clipped into the box and zero-padded
-            self.actions = zeros(T, n_envs, n_agents, spec.action_dim)
-        else:
-            self.actions = zeros(T, n_envs, n_agents, dtype=torch.long)
-        self.logprobs = zeros(T, n_envs, n_agents)
-        self.rewards = zeros(T, n_envs, n_agents)
-        self.terminated = zeros(T, n_envs, n_agents, dtype=torch.bool)
-        self.truncated = zeros(T, n_envs, n_agents, dtype=torch.bool)
+        action_shape, action_type = ((spec.action_dim,), torch.float32) if spec.continuous else ((), torch.long)
+        self.actions = zeros(T, n_envs, n_agents, *action_shape, dtype=action_type)  # vectors clipped into the box
+        self.logprobs, self.rewards = zeros(T, n_envs, n_agents), zeros(T, n_envs, n_agents)
+        self.terminated, self.truncated = (zeros(T, n_envs, n_agents, dtype=torch.bool) for _ in range(2))
         self.final_obs = zeros(T, n_envs, n_agents, spec.obs_dim)  # last obs of an episode that ended at t
         self.final_values = zeros(T, n_envs, n_agents)  # their values, to bootstrap truncated episodes
 
@@ -501,11 +489,9 @@ class RolloutBuffer:
 
 
 def compute_gae(buffer: RolloutBuffer, gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAE over the rollout's (T, ...) `rewards`, `terminated` and `truncated`; its `values` have T+1 entries.
-
-    A truncated episode bootstraps from the value of its final observation (`final_values`), a terminated
-    one from zero; neither lets the advantage flow into the next episode.
-    """
+    """GAE over the rollout's (T, ...) `rewards`, `terminated` and `truncated`; its `values` have T+1 entries. A
+    truncated episode bootstraps from the value of its final observation (`final_values`), a terminated one from
+    zero; neither lets the advantage flow into the next episode."""
     rewards, values, terminated, truncated = buffer.rewards, buffer.values, buffer.terminated, buffer.truncated
     next_values = torch.where(truncated, buffer.final_values, values[1:]) * ~terminated
     deltas = rewards + gamma * next_values - values[:-1]
@@ -523,9 +509,7 @@ def masked_mean(x: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
     return (x * alive).sum() / alive.sum().clamp(min=1)
 
 
-# ----------------------------------------------------------------------------------------------------
-# PPO update
-# ----------------------------------------------------------------------------------------------------
+# ---------------------------------------- PPO update -----------------------------------------------------------------
 
 
 def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip: float) -> tuple[torch.Tensor, dict]:
@@ -533,11 +517,8 @@ def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip: float) -> 
     ratio = logratio.exp()
     surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip, 1 + clip) * advantages)
     with torch.no_grad():
-        stats = {
-            "approx_kl": masked_mean((ratio - 1) - logratio, alive),
-            "clipfrac": masked_mean(((ratio - 1).abs() > clip).float(), alive),
-            "ratio": masked_mean(ratio, alive),
-        }
+        stats = dict(approx_kl=(ratio - 1) - logratio, clipfrac=((ratio - 1).abs() > clip).float(), ratio=ratio)
+        stats = {name: masked_mean(x, alive) for name, x in stats.items()}
     return -masked_mean(surrogate, alive), stats
 
 
@@ -608,9 +589,7 @@ def build_agent(spec: EnvSpec, args: Args, device: torch.device):
     return agent, value_norm, optimizer
 
 
-# ----------------------------------------------------------------------------------------------------
-# Training
-# ----------------------------------------------------------------------------------------------------
+# ---------------------------------------- Training -------------------------------------------------------------------
 
 
 def main(args: Args) -> dict:
@@ -622,7 +601,8 @@ def main(args: Args) -> dict:
     if args.eval_checkpoint is not None:
         run_evaluation_only(args, device)
         return {}
-    check_memory(get_env_spec(args.env_id, scenario_kwargs(args)), args, device)
+    spec = get_env_spec(args.env_id, scenario_kwargs(args))  # read from the env once; one it cannot train fails here
+    check_memory(spec, args, device)
 
     run_dir = f"runs/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     checkpoint, resumed_step = None, None
@@ -634,15 +614,16 @@ def main(args: Args) -> dict:
     T, n_envs = args.episode_length, args.n_rollout_threads
     num_iterations = args.total_timesteps // (T * n_envs)
     if args.env_id in MPE_SCENARIOS:  # mpe2 batched in torch on the device
-        envs = BatchedMPE(args.env_id, scenario_kwargs(args), n_envs, args.seed, device)
+        envs: VecEnv = BatchedMPE(spec, n_envs, args.seed, device)
     else:  # any PettingZoo parallel env, through gymnasium's vector envs
-        envs = PettingZooVecEnv(args.env_id, scenario_kwargs(args), n_envs, args.seed, device, args.async_envs)
-    eval_envs = make_eval_envs(args, device)  # MPE: mpe2 itself
+        envs = PettingZooVecEnv(spec, n_envs, args.seed, device, args.async_envs)
+    # Evaluation: --n-eval-episodes envs (mpe2 itself for an MPE scenario); with --capture-video the first renders
+    eval_envs = PettingZooVecEnv(spec, args.n_eval_episodes, args.seed, device, args.async_envs, args.capture_video)
     with StopRequest() as stop, start_logging(run_dir, args, resumed_step) as writer:
-        agent, value_norm, optimizer = build_agent(envs.spec, args, device)
+        agent, value_norm, optimizer = build_agent(spec, args, device)
         initial_lrs = [group["lr"] for group in optimizer.param_groups]  # before a resume loads decayed ones
-        buffer = RolloutBuffer(T, n_envs, envs.spec, device)
-        episode_returns = EpisodeReturns(n_envs, len(envs.spec.agents), device)
+        buffer = RolloutBuffer(T, n_envs, spec, device)
+        episode_returns = EpisodeReturns(n_envs, len(spec.agents), device)
         if checkpoint is None:
             next_step = {"log": args.log_interval, "eval": 0, "checkpoint": args.checkpoint_interval}
             progress = Progress(iteration=0, global_step=0, next_step=next_step)
@@ -691,7 +672,7 @@ def main(args: Args) -> dict:
             if ended_returns is not None:
                 progress.train_return = float(ended_returns.mean())
             lr = optimizer.param_groups[0]["lr"]
-            log_iteration(writer, global_step, sps, seconds, lr, losses, ended_returns, envs.spec.agents)
+            log_iteration(writer, global_step, sps, seconds, lr, losses, ended_returns, spec.agents)
 
             # 5. Evaluate the greedy policy, keeping the best model
             last = iteration == num_iterations
@@ -755,6 +736,8 @@ class EnvSpec(NamedTuple):
     continuous: bool  # action vectors in the unit box [0, 1]^action_dim (zero-padded) instead of discrete actions
     has_state: bool  # the state is env.state(), flattened; else the agents' observations joined
     entities: tuple  # groups of interchangeable entities in the observation, see `sort_entities` (spread only)
+    env_id: str  # the env it was read from, and the keyword arguments that make it
+    scenario: dict
 
 
 def scenario_kwargs(args: Args) -> dict:
@@ -815,20 +798,33 @@ def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
     action_dims = [s.shape[0] if continuous else int(s.n) for s in action_spaces]
     avail = np.arange(max(action_dims)) < np.array(action_dims)[:, None]  # (n_agents, action_dim)
     state_space = getattr(env, "state_space", None)
-    has_state = box(state_space)
+    has_state = box(state_space) and state_answers(env_id, env, action_spaces)
     state_dim, entities = int(np.prod(state_space.shape)) if has_state else len(agents) * obs_dim, ()
     if env_id == "simple_spread_v3":  # [vel, pos, N landmarks, N - 1 other agents, their messages], 2 numbers each
         n, others = len(agents), 4 + 2 * len(agents)
         entities = ((n, (4,)), (n - 1, (others, others + 2 * (n - 1))))
-    return EnvSpec(agents, obs_dim, max(action_dims), state_dim, avail, continuous, has_state, entities)
+    return EnvSpec(agents, obs_dim, len(avail[0]), state_dim, avail, continuous, has_state, entities, env_id, scenario)
+
+
+def state_answers(env_id: str, env, action_spaces: list) -> bool:
+    """Whether env.state() answers from the reset on, through random steps until an agent leaves or the episode ends
+    (200 at most). multiwalker's, for one, raises once a walker fell: then the critic takes the observations joined."""
+    for _ in range(200):
+        try:
+            env.state()
+        except Exception as e:
+            print(f"warning: --env-id {env_id}: its state() raised {e!r}; the critic takes the observations joined")
+            return False
+        if len(env.agents) < len(env.possible_agents):  # state() answered with an agent gone
+            break
+        env.step({a: space.sample() for a, space in zip(env.possible_agents, action_spaces) if a in env.agents})
+        if not env.agents:
+            break
+    return True
 
 
 class StepResult(NamedTuple):
-    """The env interface of `BatchedMPE` and `PettingZooVecEnv`: `spec`; `reset()`; `observe()` -> (obs, state,
-    alive), the next step's input; `step(actions)` -> StepResult, actions (n_envs, n_agents) or vectors (n_envs,
-    n_agents, action_dim) in the unit box; `state_dict()`, `load_state_dict()`. An env whose episode ends begins the
-    next in the same `step`. An agent who leaves an episode early (dies) is terminated then and stays so, with zero
-    observations and rewards and not `alive`, until the episode ends; its actions are ignored."""
+    """What `VecEnv.step` gives: the next step's input, and what the step did."""
 
     obs: torch.Tensor  # (n_envs, n_agents, obs_dim), already reset where an episode ended
     state: torch.Tensor  # (n_envs, state_dim)
@@ -845,6 +841,23 @@ class StepResult(NamedTuple):
         return (self.terminated | self.truncated).all(dim=1)
 
 
+@runtime_checkable
+class VecEnv(Protocol):
+    """The envs a run trains on (`BatchedMPE`, `PettingZooVecEnv`): copies of the env of `spec`, stepped together. One
+    whose episode ends begins the next in the same `step`. An agent who leaves an episode early (dies) is terminated
+    then and stays so, with zero observations and rewards and not alive, until the episode ends; its actions are
+    ignored."""
+
+    spec: EnvSpec
+    keeps_episodes: bool  # whether `load_state_dict` puts back the episodes under way; else new ones begin
+
+    def reset(self): ...
+    def observe(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...  # (obs, state, alive): the next input
+    def step(self, actions: torch.Tensor) -> StepResult: ...  # actions (n_envs, n_agents) or unit-box vectors
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: dict): ...
+
+
 # mpe2's world constants (_mpe_utils/core.py and simple_env.py): time step, damping, action force scale, contact force
 DT, DAMPING, SENSITIVITY, CONTACT_FORCE, CONTACT_MARGIN = 0.1, 0.25, 5.0, 100.0, 1e-3
 LOCAL_RATIO = 0.5  # mpe2's default weight of the agent's own reward against the team's (spread and reference)
@@ -854,27 +867,26 @@ MOVES = [[0.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, -1.0], [0.0, 1.0]]  # discre
 
 class BatchedMPE:
     """`n_envs` copies of an mpe2 scenario as tensors on `device`, stepped together with mpe2's arithmetic in mpe2's
-    order (its `World.step`, `_set_action` and the scenario's observation and reward, mpe2 1.1.1; the tests step
-    both from the same world and compare every output). Ended episodes are reset in place, from a CPU generator
-    seeded with `seed` (not mpe2's stream), so a run sees the same episodes on every device. Where they differ, on
-    purpose: two agents at exactly one position push each other with zero force (mpe2: 0 / 0 = NaN); float32 can
-    round a distance at the collision threshold 0.3 the other way from mpe2's float64.
-
-    The world: positions `pos` (n_envs, n_agents + n_landmarks, 2), agents first; the agents' velocities `vel` and
-    messages `comm`; each agent's goal landmark `goal` (speaker-listener, reference); the episode's `steps`."""
+    order (its `World.step`, `_set_action` and the scenario's observation and reward, mpe2 1.1.1; the tests step both
+    from the same world and compare every output). Ended episodes are reset in place, from a CPU generator seeded with
+    `seed` (not mpe2's stream), so a run sees the same episodes on every device. Where they differ, on purpose: two
+    agents at exactly one position push each other with zero force (mpe2: 0 / 0 = NaN); float32 can round a distance at
+    the collision threshold 0.3 the other way from mpe2's float64. The world: positions `pos` (n_envs, n_agents +
+    n_landmarks, 2), agents first; the agents' velocities `vel` and messages `comm`; each agent's goal landmark `goal`
+    (speaker-listener, reference); the episode's `steps`."""
 
     WORLD = ("pos", "vel", "comm", "goal", "steps")
+    keeps_episodes = True  # the world is saved whole: a resumed run goes on with the episodes under way
 
-    def __init__(self, env_id: str, scenario: dict, n_envs: int, seed: int, device: torch.device):
-        self.spec = get_env_spec(env_id, scenario)
-        self.env_id, self.n_envs, self.device = env_id, n_envs, device
-        self.max_cycles, self.continuous = scenario["max_cycles"], scenario["continuous_actions"]
-        self.n_agents = n_agents = len(self.spec.agents)
+    def __init__(self, spec: EnvSpec, n_envs: int, seed: int, device: torch.device):
+        self.spec, self.env_id, self.n_envs, self.device = spec, spec.env_id, n_envs, device
+        self.max_cycles, self.continuous = spec.scenario["max_cycles"], spec.continuous
+        self.n_agents = n_agents = len(spec.agents)
         # mpe2's make_world: who moves, who speaks and in messages of what size, the landmarks and their colours
-        if env_id == "simple_spread_v3":
+        if self.env_id == "simple_spread_v3":
             self.n_landmarks, self.dim_c, movable, speaks = n_agents, 2, [True] * n_agents, [False] * n_agents
             colours = []
-        elif env_id == "simple_speaker_listener_v4":  # the speaker only speaks, the listener only moves
+        elif self.env_id == "simple_speaker_listener_v4":  # the speaker only speaks, the listener only moves
             self.n_landmarks, self.dim_c, movable, speaks = 3, 3, [False, True], [True, False]
             colours = [[0.65, 0.15, 0.15], [0.15, 0.65, 0.15], [0.15, 0.15, 0.65]]
         else:  # simple_reference_v3: both move and speak
@@ -1042,8 +1054,8 @@ class PettingZooEnv(gymnasium.Env):
     gymnasium's autoreset, whose mode differs between its versions, never acts. A rendering env keeps the frames
     of the episode that a seeded `reset` (the vector env's) begins."""
 
-    def __init__(self, env_id: str, scenario: dict, spec: EnvSpec, render_mode: str | None = None):
-        self.env, self.env_id, self.env_spec = make_env(env_id, scenario, render_mode), env_id, spec
+    def __init__(self, spec: EnvSpec, render_mode: str | None = None):
+        self.env, self.env_id, self.env_spec = make_env(spec.env_id, spec.scenario, render_mode), spec.env_id, spec
         n_agents, self.frames, self.recording, self.render_mode = len(spec.agents), [], False, render_mode
         self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (n_agents, spec.obs_dim), np.float32)
         self.action_space = gymnasium.spaces.MultiDiscrete([spec.action_dim] * n_agents)
@@ -1104,17 +1116,18 @@ class PettingZooEnv(gymnasium.Env):
 
 
 class PettingZooVecEnv:
-    """The env interface (see `StepResult`) for any PettingZoo parallel env: `n_envs` copies of `PettingZooEnv` in
-    gymnasium's SyncVectorEnv, or each in a worker process (AsyncVectorEnv) with `async_envs`. Env k begins with
-    the seed `seed + k`; its next episodes follow from the env's own random generator."""
+    """`VecEnv` for any PettingZoo parallel env: `n_envs` copies of `PettingZooEnv` in gymnasium's SyncVectorEnv, or
+    each in a worker process (AsyncVectorEnv) with `async_envs`. Env k begins with the seed `seed + k`; its next
+    episodes follow from the env's own random generator."""
 
-    def __init__(self, env_id, scenario, n_envs, seed, device, async_envs=False, render_first=False):
-        self.spec = get_env_spec(env_id, scenario)  # an env that cannot be trained fails here, before any worker
+    keeps_episodes = False  # episodes under way cannot be saved: a resumed run begins new ones, seeded from the steps
+
+    def __init__(self, spec: EnvSpec, n_envs: int, seed: int, device, async_envs=False, render_first=False):
         render = lambda k: "rgb_array" if render_first and k == 0 else None  # noqa: E731
-        makers = [functools.partial(PettingZooEnv, env_id, scenario, self.spec, render(k)) for k in range(n_envs)]
+        makers = [functools.partial(PettingZooEnv, spec, render(k)) for k in range(n_envs)]
         self.envs = (gymnasium.vector.AsyncVectorEnv if async_envs else gymnasium.vector.SyncVectorEnv)(makers)
         gymnasium.logger.min_level = gymnasium.logger.ERROR + 1  # a worker's EnvError is raised here: no traceback log
-        self.env_id, self.n_envs, self.seed, self.device, self.steps = env_id, n_envs, seed, device, 0
+        self.spec, self.n_envs, self.seed, self.device, self.steps = spec, n_envs, seed, device, 0
 
     def reset(self, seed: int | None = None):
         obs, info = self.envs.reset(seed=self.seed if seed is None else seed)
@@ -1132,22 +1145,15 @@ class PettingZooVecEnv:
 
     def tensors(self, call: str, *arrays: np.ndarray) -> tuple[torch.Tensor, ...]:
         if not all(np.isfinite(x).all() for x in arrays):  # observations, states or rewards of the user's env
-            raise EnvError(f"--env-id {self.env_id}: its {call}() returned a NaN or infinity")
+            raise EnvError(f"--env-id {self.spec.env_id}: its {call}() returned a NaN or infinity")
         return tuple(torch.as_tensor(x, device=self.device) for x in arrays)
 
     def state_dict(self) -> dict:
-        """Episodes under way cannot be saved: a resumed run begins new ones, seeded from the steps taken."""
         return {"steps": self.steps}
 
     def load_state_dict(self, state: dict):
         self.steps = state["steps"]
         self.reset(self.seed + self.steps)
-
-
-def make_eval_envs(args: Args, device: torch.device) -> PettingZooVecEnv:
-    """--n-eval-episodes envs (mpe2 itself for an MPE scenario); with --capture-video the first renders."""
-    scenario, n_envs = scenario_kwargs(args), args.n_eval_episodes
-    return PettingZooVecEnv(args.env_id, scenario, n_envs, args.seed, device, args.async_envs, args.capture_video)
 
 
 @torch.no_grad()
@@ -1197,11 +1203,8 @@ def describe_unreadable_file(path: str) -> str:
         return "is empty"
     if head.startswith(b"PK\x03\x04"):  # torch.save writes a zip archive
         return "starts like a torch checkpoint but is truncated or damaged"
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError:
-        return "is a binary file that torch.save did not write"
-    return "is a text file"
+    text = head.decode("utf-8", errors="ignore").encode() == head  # UTF-8 throughout
+    return "is a text file" if text else "is a binary file that torch.save did not write"
 
 
 def load_checkpoint(path: str, device: torch.device) -> dict:
@@ -1245,11 +1248,8 @@ def check_resume(args: Args, checkpoint: dict):
     which they schedule), or one that has already reached --total-timesteps."""
     if "progress" not in checkpoint:
         raise SystemExit(f"error: {args.resume} holds a model only; --resume takes the checkpoint.pt of a run folder")
-    if "env" not in checkpoint:
-        raise SystemExit(
-            f"error: {args.resume} was written by an earlier version of {checkpoint['script']}, whose envs ran in "
-            "worker processes, and cannot be resumed (--eval-checkpoint still evaluates its model)"
-        )
+    if "env" not in checkpoint:  # its envs ran in worker processes, whose state was not saved
+        raise SystemExit(f"error: {args.resume} was written by an earlier version of {checkpoint['script']}: no resume")
     run_control = RUN_CONTROL_ARGS - ({"total_timesteps"} if args.linear_lr_decay else set())
     saved = checkpoint["args"]
     differing = [
@@ -1285,10 +1285,9 @@ class Progress:
         return True
 
 
-def training_state(progress: Progress, envs, episode_returns: EpisodeReturns) -> dict:
-    """What a training checkpoint holds besides the model, taken between iterations: enough to go on exactly as the
-    run would have (`resume_training`). The next rollout's first observations come from the envs again; torch's
-    generators (CUDA's too with a GPU) go on sampling actions and minibatches where they were."""
+def training_state(progress: Progress, envs: VecEnv, episode_returns: EpisodeReturns) -> dict:
+    """What a training checkpoint holds besides the model, taken between iterations, to go on exactly as the run would
+    have (`resume_training`): the envs (the next rollout's first observations), torch's generators (CUDA's too)."""
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
     return {
         "progress": dataclasses.asdict(progress),
@@ -1298,10 +1297,10 @@ def training_state(progress: Progress, envs, episode_returns: EpisodeReturns) ->
     }
 
 
-def resume_training(checkpoint: dict, envs, episode_returns: EpisodeReturns):
+def resume_training(checkpoint: dict, envs: VecEnv, episode_returns: EpisodeReturns):
     """Puts back what `training_state` took besides the progress: the envs, the returns under way, the generators."""
     envs.load_state_dict(checkpoint["env"])
-    if isinstance(envs, BatchedMPE):  # the other envs begin new episodes (PettingZooVecEnv.state_dict)
+    if envs.keeps_episodes:
         episode_returns.running = checkpoint["episode_returns"]
     torch.set_rng_state(checkpoint["rng_states"]["torch"].cpu())
     if checkpoint["rng_states"]["cuda"] and torch.cuda.is_available():
@@ -1425,8 +1424,7 @@ class EpisodeReturns:
         """(n_agents,) mean returns of the episodes ended since the last call; None if none ended."""
         count = int(self.ended_count.item())
         means = (self.ended_sum / max(count, 1)).cpu().numpy()
-        self.ended_sum.zero_()
-        self.ended_count.zero_()
+        self.ended_sum, self.ended_count = torch.zeros_like(self.ended_sum), torch.zeros_like(self.ended_count)
         return means if count else None
 
 
@@ -1483,7 +1481,8 @@ def run_evaluation_only(args: Args, device: torch.device):
     saved = {k: v for k, v in checkpoint["args"].items() if k in {f.name for f in dataclasses.fields(Args)}}
     keep = ("eval_checkpoint", "n_eval_episodes", "capture_video", "seed", "cuda", "compile")
     args = dataclasses.replace(Args(**saved), **{k: v for k, v in vars(args).items() if k in keep})
-    envs = make_eval_envs(args, device)
+    spec = get_env_spec(args.env_id, scenario_kwargs(args))
+    envs = PettingZooVecEnv(spec, args.n_eval_episodes, args.seed, device, args.async_envs, args.capture_video)
     agent, value_norm, optimizer = build_agent(envs.spec, args, device)
     restore(checkpoint, agent, value_norm, optimizer, args.eval_checkpoint)
     run_dir, step = os.path.dirname(os.path.abspath(args.eval_checkpoint)), checkpoint["global_step"]

@@ -4,7 +4,8 @@ Two agents observe (their index, the step) and act with one of 3 discrete action
 and the episode is truncated after `max_cycles` steps. With `fail`, the env goes wrong at its `at_call`-th call of
 that kind (counted over the env's life, so over episodes): "construct" raises ValueError in the constructor,
 "reset", "step", "state" or "render" raise RuntimeError there, "nonfinite" returns NaN observations and rewards from
-that step on. Trained with `--env-id tests.faulty_env`.
+that step on; "leave" terminates the last agent at step `at_call` of each episode, and `state()` then raises, as
+multiwalker's does once a walker fell (terminate_on_fall False). Trained with `--env-id tests.faulty_env`.
 """
 
 import numpy as np
@@ -51,13 +52,13 @@ class FaultyEnv(ParallelEnv):
         self.t += 1
         rewards = {a: np.nan if self.nonfinite else 1.0 for a in self.agents}
         truncations = {a: self.t >= self.max_cycles for a in self.agents}
-        terminations = {a: False for a in self.agents}
-        if self.t >= self.max_cycles:
-            self.agents = []
+        leaves = self.fail == "leave" and self.t >= self.at_call  # the last agent, if still in the episode
+        terminations = {a: leaves and a == self.possible_agents[-1] for a in self.agents}
+        self.agents = [a for a in self.agents if not terminations[a]] if self.t < self.max_cycles else []
         return self.observe(), rewards, terminations, truncations, {a: {} for a in rewards}
 
     def state(self) -> np.ndarray:
-        if self.goes_wrong("state"):
+        if self.goes_wrong("state") or self.fail == "leave" and len(self.agents) < len(self.possible_agents):
             raise RuntimeError("state failed on purpose")
         return np.concatenate(list(self.observe().values()))
 

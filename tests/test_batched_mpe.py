@@ -86,7 +86,7 @@ def compare_with_mpe2(env_id: str, continuous: bool, extra: dict, reload_each_st
     error); without, the batched env runs on by itself and mpe2's world is loaded only after each reset."""
     n_envs, dtype = 100, torch.get_default_dtype()
     kwargs = scenario(env_id, continuous_actions=continuous, **extra)
-    batched = m.BatchedMPE(env_id, kwargs, n_envs, seed=0, device=CPU)
+    batched = m.BatchedMPE(m.get_env_spec(env_id, kwargs), n_envs, seed=0, device=CPU)
     spec = batched.spec
     envs = [m.make_env(env_id, kwargs) for _ in range(n_envs)]
     for k, env in enumerate(envs):
@@ -133,7 +133,7 @@ def test_batched_env_steps_as_mpe2_in_float64_for_whole_episodes(float64, env_id
 def test_spread_contact_forces_push_overlapping_agents_apart():
     """Two agents 0.1 apart (overlapping by 0.2) get equal and opposite forces of 100 * 0.2 along their axis; the
     third, far away, gets next to none: the same as mpe2's get_collision_force."""
-    batched = m.BatchedMPE("simple_spread_v3", scenario(), 1, seed=0, device=CPU)
+    batched = m.BatchedMPE(m.get_env_spec("simple_spread_v3", scenario()), 1, seed=0, device=CPU)
     batched.pos[0, :3] = torch.tensor([[0.0, 0.0], [0.1, 0.0], [0.9, 0.9]])
     forces = batched.contact_forces()[0]
     torch.testing.assert_close(forces[0], torch.tensor([-20.0, 0.0]), rtol=1e-4, atol=0)
@@ -152,7 +152,7 @@ def test_resets_draw_as_mpe2_draws(env_id):
     alike), agents at rest and silent, each agent's goal one of the 3 landmarks uniformly and independently, and the
     goal colours mpe2 gives its landmarks."""
     n_envs = 20_000
-    batched = m.BatchedMPE(env_id, scenario(env_id), n_envs, seed=0, device=CPU)
+    batched = m.BatchedMPE(m.get_env_spec(env_id, scenario(env_id)), n_envs, seed=0, device=CPU)
     batched.vel.fill_(1.0)
     batched.comm.fill_(1.0)
     batched.steps.fill_(7)
@@ -180,8 +180,8 @@ def test_every_env_resets_on_its_own_and_keeps_its_final_observation():
     """Envs at different steps of their episodes: only those that reach max_cycles end and start anew (at rest, step
     count 0); their final observation is the one an env without truncation would have had after the step."""
     n_envs = 6
-    batched = m.BatchedMPE("simple_spread_v3", scenario(max_cycles=25), n_envs, seed=0, device=CPU)
-    endless = m.BatchedMPE("simple_spread_v3", scenario(max_cycles=1000), n_envs, seed=1, device=CPU)
+    batched = m.BatchedMPE(m.get_env_spec("simple_spread_v3", scenario(max_cycles=25)), n_envs, seed=0, device=CPU)
+    endless = m.BatchedMPE(m.get_env_spec("simple_spread_v3", scenario(max_cycles=1000)), n_envs, seed=1, device=CPU)
     batched.reset()
     batched.vel.uniform_(-1.0, 1.0)
     batched.steps = torch.tensor([24, 3, 24, 0, 10, 24])
@@ -202,7 +202,9 @@ def test_same_seed_same_episodes_and_a_restored_env_goes_on_identically(tmp_path
     """Seeded resets repeat, differ between envs and seeds; an env restored from a weights-only checkpoint of another
     one's state (mid-episode) steps exactly as it, through the truncation and the resets that draw new episodes."""
     kwargs = scenario("simple_speaker_listener_v4", continuous_actions=True)
-    first, again, other = (m.BatchedMPE("simple_speaker_listener_v4", kwargs, 4, seed, CPU) for seed in (7, 7, 8))
+    first, again, other = (
+        m.BatchedMPE(m.get_env_spec("simple_speaker_listener_v4", kwargs), 4, seed, CPU) for seed in (7, 7, 8)
+    )
     for env in (first, again, other):
         env.reset()
     obs = [env.observe()[0] for env in (first, again, other)]
@@ -219,7 +221,7 @@ def test_same_seed_same_episodes_and_a_restored_env_goes_on_identically(tmp_path
 
 
 def test_a_non_finite_continuous_action_is_a_one_line_error():
-    batched = m.BatchedMPE("simple_spread_v3", scenario(continuous_actions=True), 2, seed=0, device=CPU)
+    batched = m.BatchedMPE(m.get_env_spec("simple_spread_v3", scenario(continuous_actions=True)), 2, seed=0, device=CPU)
     batched.reset()
     actions = torch.full((2, 3, 5), 7.0)
     batched.step(actions)  # finite values outside the box are clipped, not refused
@@ -232,7 +234,7 @@ def test_an_agent_that_cannot_move_keeps_its_place_and_velocity_as_in_mpe2():
     """The speaker never moves: given a velocity (resets never give it one), mpe2's integrate_state skips it, and so
     does the batched env, while the listener moves as usual."""
     kwargs = scenario("simple_speaker_listener_v4")
-    batched = m.BatchedMPE("simple_speaker_listener_v4", kwargs, 1, seed=0, device=CPU)
+    batched = m.BatchedMPE(m.get_env_spec("simple_speaker_listener_v4", kwargs), 1, seed=0, device=CPU)
     env = m.make_env("simple_speaker_listener_v4", kwargs)
     env.reset(seed=0)
     for agent in env.unwrapped.world.agents:

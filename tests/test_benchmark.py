@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -375,3 +376,55 @@ def test_mat_timings_table_every_team_size(tmp_path, mode, sizes):
     for row in rows:
         first, second, ratio = float(row[-3]), float(row[-2]), float(row[-1].rstrip("x"))
         assert min(first, second) > 0 and ratio == pytest.approx(second / first, abs=0.01 + 0.01 * ratio)
+
+
+SMOKE_MODES = {  # benchmark.sh's arguments, extra environment and a line its output holds, each mode with SMOKE=1
+    "speed": (["mappo", "speed"], {}, "end-to-end SPS"),
+    "env-rate": (["mappo", "env-rate"], {}, "| simple_speaker_listener_v4 |"),
+    "versus": (["mappo", "versus", "HEAD"], {}, "| current, round 2 |"),
+    **{mode: (["mappo", mode], {}, "final SPS") for mode in ("spread", "partial", "listener", "reference")},
+    **{mode: (["mappo", mode], {}, "final SPS") for mode in ("spread-continuous", "listener-continuous")},
+    "official-task": (["mappo", "official-task"], {}, "final SPS"),
+    "resume": (["mappo", "resume"], {}, "parameters bit-identical: True; "),
+    "sweep": (["mappo", "sweep"], {}, "| g95e3 | `--gamma 0.95 --ent-coef 0.003` |"),
+    "scaling": (["mappo", "scaling"], {"N_AGENTS": "2"}, "| mappo_mpe | 2 | 1 | 400 |"),
+    "threads": (["mappo", "threads"], {}, "| generic | 1 |"),
+    "panel": (["panel"], {"PANEL": "spread", "SCRIPTS": "mappo"}, "| spread | "),
+    "grid": (
+        ["grid", "--scripts", "mappo", "--scenarios", "spread", "--seeds", "1"],
+        {},
+        "| spread | mappo_mpe | 1 | 400 |",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory) -> dict:
+    """Every mode of SMOKE_MODES run with SMOKE=1, two at a time, each from its own copy of the repository's files
+    (a git repository, for versus), so that nothing lands in the repository's bench/."""
+
+    def run(mode: str) -> subprocess.CompletedProcess:
+        copy = tmp_path_factory.mktemp(mode)
+        for name in os.listdir(ROOT):
+            if name.endswith(".py") or name == "benchmark.sh":
+                shutil.copy(os.path.join(ROOT, name), copy)
+        git = ["git", "-c", "user.name=smoke", "-c", "user.email=smoke@test"]
+        for command in (["init", "-q"], ["add", "."], ["commit", "-qm", "smoke"]):
+            subprocess.run([*git, *command], cwd=copy, check=True, capture_output=True)
+        args, extra_env, _ = SMOKE_MODES[mode]
+        env = {**os.environ, "SMOKE": "1", "SDL_VIDEODRIVER": "dummy", **extra_env}
+        command = ["bash", str(copy / "benchmark.sh"), *args]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(SMOKE_MODES, pool.map(run, SMOKE_MODES)))
+
+
+@pytest.mark.parametrize("mode", SMOKE_MODES)
+def test_every_mode_runs_on_a_tiny_budget(smoke_runs, mode):
+    """Each mode of benchmark.sh ends well with SMOKE=1 and prints its table (resume: a stopped and resumed run equal
+    to one straight, parameters and logs)."""
+    result = smoke_runs[mode]
+    assert result.returncode == 0 and SMOKE_MODES[mode][2] in result.stdout, result.stdout[-3000:] + result.stderr
+    if mode == "resume":
+        assert "identical at every step: True []" in result.stdout

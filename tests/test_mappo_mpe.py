@@ -91,7 +91,7 @@ def test_partial_observability_sizes(agent_neighbors, landmark_neighbors, obs_di
     """mpe2's partially observed spread, on mpe2 itself through the generic path: velocity and position (4), 2 per
     observed landmark, 2 + 2 (position, message) per observed agent; the state joins the agents' observations."""
     partial = dict(num_agent_neighbors=agent_neighbors, num_landmark_neighbors=landmark_neighbors)
-    envs = m.PettingZooVecEnv("mpe2.simple_spread_v3", partial, 2, 0, CPU)
+    envs = m.PettingZooVecEnv(m.get_env_spec("mpe2.simple_spread_v3", partial), 2, 0, CPU)
     assert envs.spec.obs_dim == 4 + 2 * landmark_neighbors + 4 * agent_neighbors == obs_dim
     assert envs.spec.state_dim == 3 * obs_dim and envs.spec.has_state
     envs.reset()
@@ -494,7 +494,7 @@ def test_evaluation_plays_mpe2_itself():
     agent = m.Agent(spec, m.Args(env_id=env_id, separate_actors=True))
     for actor in agent.actors:  # logits far from uniform, so that the greedy actions vary
         torch.nn.init.normal_(actor[-1].weight, std=1.0)
-    envs = m.PettingZooVecEnv(env_id, scenario(env_id), 3, 0, CPU)
+    envs = m.PettingZooVecEnv(m.get_env_spec(env_id, scenario(env_id)), 3, 0, CPU)
     returns, frames = m.evaluate(agent, envs, 10)
     assert returns.shape == (3, 2) and frames is None
     for k in range(3):
@@ -520,7 +520,7 @@ def test_mpe2_envs_do_not_hold_a_drawing_surface_unless_they_render():
 def test_a_training_state_survives_a_weights_only_checkpoint(tmp_path):
     """torch's generator (actions, minibatches), the envs' world and generator, the running returns and the
     progress come back from `torch.load(weights_only=True)` as they were saved."""
-    envs = m.BatchedMPE("simple_spread_v3", scenario(), 4, seed=3, device=CPU)
+    envs = m.BatchedMPE(m.get_env_spec("simple_spread_v3", scenario()), 4, seed=3, device=CPU)
     envs.reset()
     episode_returns = m.EpisodeReturns(4, 3, CPU)
     episode_returns.add(torch.randn(4, 3), torch.zeros(4, dtype=torch.bool))
@@ -530,7 +530,10 @@ def test_a_training_state_survives_a_weights_only_checkpoint(tmp_path):
     torch.save(m.training_state(progress, envs, episode_returns), tmp_path / "state.pt")
     expected = (torch.rand(3), torch.randperm(10), envs.step(torch.zeros(4, 3, dtype=torch.long)).obs)
     torch.manual_seed(6)
-    other_envs, other_returns = m.BatchedMPE("simple_spread_v3", scenario(), 4, 9, CPU), m.EpisodeReturns(4, 3, CPU)
+    other_envs, other_returns = (
+        m.BatchedMPE(m.get_env_spec("simple_spread_v3", scenario()), 4, 9, CPU),
+        m.EpisodeReturns(4, 3, CPU),
+    )
     checkpoint = torch.load(tmp_path / "state.pt", weights_only=True)
     m.resume_training(checkpoint, other_envs, other_returns)
     restored = m.Progress(**checkpoint["progress"])
@@ -804,6 +807,39 @@ def test_every_fault_of_the_users_env_is_one_error_line(tmp_path, run_script, kw
     assert kept == ([int(message.split("at env step ")[1]) // 20 * 20] if "at env step" in message else [])
 
 
+def test_a_state_that_fails_once_an_agent_left_gives_the_critic_the_joined_observations(tmp_path, run_script, capsys):
+    """multiwalker without terminate_on_fall, and tests/faulty_env.py's "leave", raise in state() once an agent left:
+    the spec falls back to the observations joined, with one warning, and a run on such an env trains to its end."""
+    walkers = m.get_env_spec("pettingzoo.sisl.multiwalker_v9", {"terminate_on_fall": False})
+    assert not walkers.has_state and walkers.state_dim == 3 * walkers.obs_dim
+    assert m.get_env_spec("pettingzoo.sisl.multiwalker_v9", {}).has_state  # a fall ends the episode: state() answers
+    assert "its state() raised AttributeError(" in capsys.readouterr().out
+    leaving = ["--env-kwargs", "fail", "leave", "at_call", "2"]
+    assert not m.get_env_spec("tests.faulty_env", {"fail": "leave", "at_call": 2}).has_state
+    assert m.get_env_spec("tests.faulty_env", {}).has_state
+    result = run_script(tmp_path, *FAULT_FLAGS, *leaving)
+    warnings = [line for line in result.stdout.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: --env-id tests.faulty_env: its state() raised RuntimeError('state failed on purpose'); the critic "
+        "takes the observations joined"
+    ]
+    assert "run in runs/" in result.stdout
+
+
+def test_the_envs_implement_the_env_interface_and_a_run_reads_the_spec_once(tmp_path, monkeypatch):
+    """BatchedMPE and PettingZooVecEnv are VecEnvs; only BatchedMPE keeps episodes under way across a resume. A run
+    reads its env's spec once, for the memory check, its envs and its evaluation envs."""
+    spec = env_spec()
+    batched, generic = m.BatchedMPE(spec, 2, 0, CPU), m.PettingZooVecEnv(spec, 2, 0, CPU)
+    assert isinstance(batched, m.VecEnv) and isinstance(generic, m.VecEnv) and not isinstance(spec, m.VecEnv)
+    assert batched.keeps_episodes and not generic.keeps_episodes
+    calls = []
+    monkeypatch.setattr(m, "get_env_spec", lambda *args: calls.append(args) or spec)
+    monkeypatch.chdir(tmp_path)
+    m.main(tiny_args(total_timesteps=100))
+    assert calls == [("simple_spread_v3", scenario())]
+
+
 def test_a_fault_in_test_mode_is_one_error_line(tmp_path, run_script):
     """A checkpoint of an env that fails only when it renders, evaluated with a video: one line, exit 1."""
     run_script(tmp_path, *FAULT_FLAGS, "--env-kwargs", "fail", "render", "at_call", "2", "--save-model")
@@ -867,7 +903,7 @@ def test_observations_and_state_of_several_dimensions_are_taken_flattened():
     env_id = "pettingzoo.sisl.pursuit_v5"
     spec = m.get_env_spec(env_id, {})
     assert (len(spec.agents), spec.obs_dim, spec.state_dim, spec.action_dim, spec.has_state) == (8, 147, 768, 5, True)
-    envs = m.PettingZooVecEnv(env_id, {}, 2, 0, CPU)
+    envs = m.PettingZooVecEnv(m.get_env_spec(env_id, {}), 2, 0, CPU)
     envs.reset()
     obs, state, alive = envs.observe()
     assert obs.shape == (2, 8, 147) and state.shape == (2, 768) and alive.all()
@@ -881,7 +917,7 @@ def test_observations_and_state_of_several_dimensions_are_taken_flattened():
 def test_observations_of_different_sizes_are_padded_and_an_agent_who_leaves_the_arena_dies():
     """tests/arena_env.py: even agents observe 10 numbers, odd ones 16 (their teammates too), zero-padded to 16; an
     agent that steps out of the square dies at that step, with the penalty in every living agent's reward."""
-    envs = m.PettingZooVecEnv("tests.arena_env", {}, 1, 0, CPU)
+    envs = m.PettingZooVecEnv(m.get_env_spec("tests.arena_env", {}), 1, 0, CPU)
     assert envs.spec.obs_dim == 16 and envs.spec.state_dim == 4 * 16 and not envs.spec.has_state
     envs.reset()
     obs, _, _ = envs.observe()
@@ -925,7 +961,7 @@ def test_a_run_takes_the_torch_threads_it_is_given(tmp_path, monkeypatch):
 def test_evaluation_records_the_first_episode_when_its_env_renders():
     spec = env_spec(max_cycles=5)
     agent = m.Agent(spec, m.Args())
-    envs = m.make_eval_envs(m.Args(max_cycles=5, n_eval_episodes=2, capture_video=True), CPU)
+    envs = m.PettingZooVecEnv(spec, n_envs=2, seed=0, device=CPU, render_first=True)
     assert [env.render_mode for env in envs.envs.envs] == ["rgb_array", None]
     returns, frames = m.evaluate(agent, envs, 0)
     assert returns.shape == (2, 3) and frames.shape == (6, 700, 700, 3) and frames.dtype == np.uint8
@@ -936,7 +972,7 @@ def test_generic_envs_report_an_agent_who_dies_and_the_end_of_the_episode():
     """tests/dying_env.py through the env interface: agent_1 leaves at step 2 of 4. Its reward counts at that step,
     it stays terminated with zero observations and rewards, and the episode ends by truncation for the others;
     the env then begins the next episode within the same step, its last observations kept in final_obs."""
-    envs = m.PettingZooVecEnv("tests.dying_env", {"death_step": 2, "max_cycles": 4}, 2, 0, CPU)
+    envs = m.PettingZooVecEnv(m.get_env_spec("tests.dying_env", {"death_step": 2, "max_cycles": 4}), 2, 0, CPU)
     spec = envs.spec
     assert spec.agents == ["agent_0", "agent_1", "agent_2"] and (spec.obs_dim, spec.action_dim) == (3, 4)
     assert spec.state_dim == 9 and not spec.has_state and not spec.continuous  # no env.state(): the obs joined
@@ -963,7 +999,7 @@ def test_generic_envs_report_an_agent_who_dies_and_the_end_of_the_episode():
 def test_generic_envs_scale_unit_box_actions_to_each_agents_bounds():
     """A continuous policy acts in the unit box: agent i's first 1 + i numbers, clipped into [0, 1], become
     -2 + 4 a in its Box(-2, 2); the padding it does not have is dropped."""
-    envs = m.PettingZooVecEnv("tests.dying_env", {"continuous": True}, 1, 0, CPU)
+    envs = m.PettingZooVecEnv(m.get_env_spec("tests.dying_env", {"continuous": True}), 1, 0, CPU)
     assert envs.spec.continuous and envs.spec.action_dim == 3
     envs.reset()
     unit = torch.tensor([[[0.25, 9.0, 9.0], [1.5, 0.5, 9.0], [-1.0, 0.75, 0.5]]])
@@ -977,7 +1013,7 @@ def test_an_agent_who_died_adds_nothing_to_the_update():
     those computed by hand from the alive agents' steps only, with the advantages normalized and ValueNorm fed
     over those steps alone."""
     torch.manual_seed(0)
-    envs = m.PettingZooVecEnv("tests.dying_env", {}, 2, 0, CPU)
+    envs = m.PettingZooVecEnv(m.get_env_spec("tests.dying_env", {}), 2, 0, CPU)
     args = m.Args(ppo_epoch=1, lr=0.0)
     agent, value_norm, optimizer = m.build_agent(envs.spec, args, CPU)
     buffer = m.RolloutBuffer(6, 2, envs.spec, CPU)

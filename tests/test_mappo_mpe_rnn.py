@@ -176,7 +176,7 @@ def test_replay_reproduces_acting_across_episode_starts(state_type, separate_act
     )
     T, n_envs = 20, 4
     env_scenario = scenario(max_cycles=7, continuous_actions=continuous)
-    envs = m.BatchedMPE("simple_spread_v3", env_scenario, n_envs, seed=0, device=CPU)
+    envs = m.BatchedMPE(m.get_env_spec("simple_spread_v3", env_scenario), n_envs, seed=0, device=CPU)
     agent, value_norm, _ = m.build_agent(envs.spec, args, CPU)
     randomize(agent)
     buffer = m.RolloutBuffer(T, n_envs, envs.spec, CPU, agent.initial_hidden(n_envs))
@@ -214,7 +214,7 @@ def test_evaluation_and_video_reset_the_hidden_state_at_the_episode_start(monkey
         return actions, logprobs, next_hidden
 
     monkeypatch.setattr(agent, "act", spy)
-    envs = m.make_eval_envs(m.Args(max_cycles=4, n_eval_episodes=3, capture_video=True), CPU)
+    envs = m.PettingZooVecEnv(env_spec(max_cycles=4), 3, 0, CPU, render_first=True)
     returns, frames = m.evaluate(agent, envs, 0)
     assert len(calls) == 4 and returns.shape == (3, 3) and frames.shape[0] == 5  # 4 steps, and the first frame
     assert torch.all(calls[0][0] == 0) and calls[0][1].all() and calls[0][1].shape == (3,)

@@ -263,7 +263,7 @@ def test_encoder_follows_a_shuffled_agent_order():
 @pytest.mark.parametrize("env_id", SCENARIOS)
 def test_batched_env_shapes(env_id):
     n_agents, obs_dim, _, action_dims = SCENARIOS[env_id]
-    envs = m.BatchedMPE(env_id, scenario(env_id, max_cycles=2), 3, seed=0, device=torch.device("cpu"))
+    envs = m.BatchedMPE(m.get_env_spec(env_id, scenario(env_id, max_cycles=2)), 3, seed=0, device=torch.device("cpu"))
     envs.reset()
     obs, _, _ = envs.observe()
     assert obs.shape == (3, n_agents, obs_dim)
