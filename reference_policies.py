@@ -8,18 +8,23 @@ mpe2 itself: the yardsticks that the benchmark's plots and tables draw next to t
   it closest to its landmark two steps ahead, the first position its action reaches (mpe2 moves an agent with its
   velocity before the force changes it).
 
+- planner (spread): the scripted assignment; then agent by agent, every sequence of 4 moves is tried (625), and
+  the first move is taken of the one whose positions, and the point where the agent comes to rest after it, lie
+  nearest its landmark, with a penalty of 4/N for each step at which it would overlap another agent's planned path
+  (the plans already made this step; the others' drift without force). The strongest yardstick at large N.
+
 - oracle (speaker-listener and reference): every mover heads for its goal landmark, read from the world instead of
   from the messages, with the two-step lookahead of `scripted`; no message is sent (speaker-listener's speaker says
   its first word, reference's agents say word 0). It shows what perfect communication is worth.
 
-The spread policies know nothing of collisions, so they are not the best reachable: they show what a simple rule
-achieves.
+Nearest landmark and scripted know nothing of collisions: they show what a simple rule achieves.
 
     python reference_policies.py --n-agents 1 2 3 4 6 8 10 --episodes 200 --out docs/benchmark/reference_policies.json
 """
 
 import dataclasses
 import importlib
+import itertools
 import json
 from collections import defaultdict
 
@@ -28,9 +33,11 @@ import tyro
 from scipy.optimize import linear_sum_assignment
 
 DT, DAMPING, SENSITIVITY = 0.1, 0.25, 5.0  # mpe2's time step, velocity damping and action force scale
+AGENT_SIZE = 0.15  # spread's agents overlap (and collide) when closer than twice this
 MOVES = np.array(
     [[0.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, -1.0], [0.0, 1.0]]
 )  # discrete action: none, -x, +x, -y, +y
+PLAN = np.array(list(itertools.product(range(len(MOVES)), repeat=4)))  # (625, 4): the planner's move sequences
 
 
 @dataclasses.dataclass
@@ -66,11 +73,40 @@ def nearest_landmark(world, rng: np.random.Generator) -> np.ndarray:
     return moves_toward(agents, velocities, landmarks[distances.argmin(axis=1)])
 
 
+def assigned_landmarks(agents: np.ndarray, landmarks: np.ndarray) -> np.ndarray:
+    """(n_agents, 2): each agent's landmark in the assignment of least total distance (no two agents share one)."""
+    _, assigned = linear_sum_assignment(np.linalg.norm(agents[:, None] - landmarks[None], axis=-1))
+    return landmarks[assigned]  # rows come back in order 0..n-1
+
+
 def scripted(world, rng: np.random.Generator) -> np.ndarray:
     agents, velocities, landmarks = positions(world)
-    distances = np.linalg.norm(agents[:, None] - landmarks[None], axis=-1)
-    _, assigned = linear_sum_assignment(distances)  # row i's landmark; rows come back in order 0..n-1
-    return moves_toward(agents, velocities, landmarks[assigned])
+    return moves_toward(agents, velocities, assigned_landmarks(agents, landmarks))
+
+
+def rollout(start: np.ndarray, velocity: np.ndarray, forces: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions (..., steps, 2) an agent passes under mpe2's integration with the forces (..., steps, 2), one a
+    step, and (..., 2) where it then comes to rest (its velocity damped by 0.75 a step: v * dt / 0.25 further)."""
+    position, path = np.broadcast_to(start, forces.shape[:-2] + start.shape[-1:]), []
+    for t in range(forces.shape[-2]):
+        position, velocity = position + velocity * DT, velocity * (1 - DAMPING) + forces[..., t, :] * DT
+        path.append(position)
+    return np.stack(path, axis=-2), position + velocity * DT / DAMPING
+
+
+def planner(world, rng: np.random.Generator) -> np.ndarray:
+    agents, velocities, landmarks = positions(world)
+    n_agents, targets = len(agents), assigned_landmarks(agents, landmarks)
+    planned = rollout(agents, velocities, np.zeros((n_agents, PLAN.shape[1], 2)))[0]  # (n_agents, 4, 2): drifts
+    actions = np.zeros(n_agents, dtype=int)
+    for i in range(n_agents):
+        path, rest = rollout(agents[i], velocities[i], MOVES[PLAN] * SENSITIVITY)  # (625, 4, 2), (625, 2)
+        cost = np.linalg.norm(path - targets[i], axis=-1).sum(axis=1) + np.linalg.norm(rest - targets[i], axis=-1)
+        others = np.delete(planned, i, axis=0)  # (n_agents - 1, 4, 2)
+        overlaps = np.linalg.norm(path[:, None] - others[None], axis=-1) < 2 * AGENT_SIZE  # (625, n_agents - 1, 4)
+        best = (cost + 4 / n_agents * overlaps.sum(axis=(1, 2))).argmin()
+        planned[i], actions[i] = path[best], PLAN[best, 0]
+    return actions
 
 
 def oracle_listener(world, rng: np.random.Generator) -> np.ndarray:
@@ -93,7 +129,7 @@ def random_actions(world, rng: np.random.Generator, n_actions: list[int]) -> np.
 
 # Each scenario's policies besides the random one
 POLICIES = {
-    "simple_spread_v3": {"nearest landmark": nearest_landmark, "scripted": scripted},
+    "simple_spread_v3": {"nearest landmark": nearest_landmark, "scripted": scripted, "planner": planner},
     "simple_speaker_listener_v4": {"oracle": oracle_listener},
     "simple_reference_v3": {"oracle": oracle_pair},
 }

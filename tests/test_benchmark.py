@@ -222,14 +222,20 @@ def test_main_writes_figures_table_and_marl_eval_json(grid_dir, capsys):
 
 def test_scaling_table_and_figure_from_runs_at_several_team_sizes(tmp_path, capsys):
     """Runs named SCRIPT_nN: ordered by N (10 after 3), the final train return is the mean of the last 10% of logs
-    (3 of 30), greedy the last evaluation, and the gap closed is measured from random to scripted. The points of an
+    (3 of 30), greedy the last evaluation, and the gap closed is measured from random to the strongest hand-written
+    policy measured at that N (the planner at N=3, scripted at N=10, where the planner is missing). The points of an
     earlier scaling.json stay beside them, except where a run replaces one."""
     write_run(tmp_path / "runs", "simple_spread_v3", "a_n10", 1, np.full(30, -40.0), 10, 1000.0, 0.5)
     write_run(tmp_path / "runs", "simple_spread_v3", "a_n3", 1, np.linspace(-30, -1, 30), 3, 1000.0, 0.5)
     write_run(tmp_path / "runs", "simple_spread_v3", "a_n3", 2, np.linspace(-32, -3, 30), 3, 1000.0, 0.5)
     policies = {
         "simple_spread_v3": {
-            "3": {"random": [-27.0, 0.5], "nearest landmark": [-16.0, 0.5], "scripted": [-7.0, 0.2]},
+            "3": {
+                "random": [-27.0, 0.5],
+                "nearest landmark": [-16.0, 0.5],
+                "scripted": [-9.0, 0.2],
+                "planner": [-7.0, 0.2],
+            },
             "10": {"random": [-55.0, 0.5], "nearest landmark": [-33.0, 0.5], "scripted": [-20.0, 0.2]},
         }
     }
@@ -264,9 +270,15 @@ def test_scaling_table_and_figure_from_runs_at_several_team_sizes(tmp_path, caps
     with pytest.raises(SystemExit, match="named SCRIPT_nN .*, not mappo_mpe$"):
         bp.team_size_runs(bp.read_grid(tmp_path / "runs"))
     assert table == capsys.readouterr().out and (out / "returns_vs_agents.png").read_bytes()[:4] == b"\x89PNG"
-    assert table.splitlines()[2] == "| a | 3 | 2 | 24,000 | -3.00 | -1.00 | -27.00 | -16.00 | -7.00 | 120% / 130% |"
-    assert table.splitlines()[3] == "| a | 10 | 1 | 24,000 | -40.00 | -39.00 | -55.00 | -33.00 | -20.00 | 43% / 46% |"
-    assert table.splitlines()[4] == "| b | 6 | 1 | 2,000,000 | -20.00 | -15.00 | nan | nan | nan | nan% / nan% |"
+    assert (
+        table.splitlines()[2]
+        == "| a | 3 | 2 | 24,000 | -3.00 | -1.00 | -27.00 | -16.00 | -9.00 | -7.00 | 120% / 130% |"
+    )
+    assert (
+        table.splitlines()[3]
+        == "| a | 10 | 1 | 24,000 | -40.00 | -39.00 | -55.00 | -33.00 | -20.00 | nan | 43% / 46% |"
+    )
+    assert table.splitlines()[4] == "| b | 6 | 1 | 2,000,000 | -20.00 | -15.00 | nan | nan | nan | nan | nan% / nan% |"
 
 
 def test_main_without_runs_is_one_error_line(tmp_path):
