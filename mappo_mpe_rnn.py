@@ -60,6 +60,8 @@ class Args:
     """if toggled, save the final and the best-evaluated checkpoint to `runs/{run_name}`"""
     eval_checkpoint: str | None = None
     """test mode: load this checkpoint, run the evaluation episodes and exit without training"""
+    eval_n_agents: int = 0
+    """test mode: play a --nearest-k checkpoint's actor on spread with this many agents (0: as trained)"""
     resume: str | None = None
     """continue the run of this training checkpoint (`runs/{run_name}/checkpoint.pt`) as if it had never stopped"""
     checkpoint_interval: int = 200_000
@@ -77,6 +79,9 @@ class Args:
     """number of agents (and landmarks) in simple_spread_v3; the other scenarios have a fixed team"""
     sort_entities: bool = False
     """simple_spread_v3 only: the networks get each agent's landmarks and other agents nearest first (sort_entities)"""
+    nearest_k: int = 0
+    """spread, sorted: the actor sees the K nearest landmarks and K - 1 nearest other agents only, an input of one
+    size at any N (with --no-use-agent-id), so that --eval-n-agents can play it with another team; 0: all"""
     max_cycles: int = 25
     """MPE scenarios: steps before an episode is truncated"""
     continuous_actions: bool = False
@@ -291,6 +296,16 @@ def sort_entities(x: torch.Tensor, entities: tuple) -> torch.Tensor:
     return x
 
 
+def nearest_columns(spec: EnvSpec, k: int) -> torch.Tensor:
+    """(F,) the columns of a sorted spread observation that --nearest-k keeps: velocity and position, then in each run
+    of the landmarks' and other agents' blocks the first k and k - 1 (nearest first); column obs_dim, a zero padded on,
+    where a team has fewer. F = 4 + 6k - 4 at any N."""
+    columns = list(range(4))
+    for (count, starts), keep in zip(spec.entities, (k, k - 1)):
+        columns += [s + c if c < 2 * count else spec.obs_dim for s in starts for c in range(2 * keep)]
+    return torch.tensor(columns)
+
+
 def sort_state_entities(state: torch.Tensor, entities: tuple, n_agents: int) -> torch.Tensor:
     """state (..., state_dim) with each agent's part sorted by `sort_entities`: spread's state, the one scenario
     with entities, joins the agents' observations."""
@@ -308,10 +323,12 @@ class Agent(nn.Module):
         super().__init__()
         n_agents = len(spec.agents)
         self.obs_dim, self.state_type, self.use_agent_id = spec.obs_dim, args.state_type, args.use_agent_id
-        self.entities = spec.entities if args.sort_entities else ()
+        self.entities = spec.entities if args.sort_entities or args.nearest_k else ()
+        actor_columns = nearest_columns(spec, args.nearest_k) if args.nearest_k else None  # (F,) or None: all
+        self.register_buffer("actor_columns", actor_columns, persistent=False)
         self.register_buffer("agent_ids", torch.eye(n_agents))
         self.register_buffer("avail_actions", torch.as_tensor(spec.avail_actions))
-        actor_in = spec.obs_dim + (n_agents if args.use_agent_id else 0)
+        actor_in = (spec.obs_dim if actor_columns is None else len(actor_columns)) + args.use_agent_id * n_agents
         n_actors = n_agents if args.separate_actors else 1
         self.actors = nn.ModuleList(RecurrentNet(actor_in, spec.action_dim, 0.01, args) for _ in range(n_actors))
         # Continuous actions: the mean starts near 0.5, the centre of the box, the std at sigmoid(2) = 0.88
@@ -344,6 +361,8 @@ class Agent(nn.Module):
     def actor_input(self, obs: torch.Tensor) -> torch.Tensor:
         """obs (..., n_agents, obs_dim) with each agent's one-hot id appended when `use_agent_id`."""
         obs = sort_entities(obs, self.entities)
+        if self.actor_columns is not None:  # the nearest K of each kind, zeros where there are fewer
+            obs = F.pad(obs, (0, 1))[..., self.actor_columns]
         if not self.use_agent_id:
             return obs
         return torch.cat([obs, self.agent_ids.expand(*obs.shape[:-1], -1)], dim=-1)
@@ -1214,7 +1233,7 @@ def restore(checkpoint: dict, agent: nn.Module, value_norm, optimizer, path: str
 
 # Flags that steer a run without changing what it learns: a resumed run may set them anew.
 RUN_CONTROL_ARGS = frozenset(
-    "exp_name cuda track wandb_project_name wandb_entity capture_video save_model eval_checkpoint resume "
+    "exp_name cuda track wandb_project_name wandb_entity capture_video save_model eval_checkpoint eval_n_agents resume "
     "checkpoint_interval total_timesteps eval_interval n_eval_episodes log_interval n_training_threads".split()
 )
 
@@ -1294,7 +1313,7 @@ def range_errors(args) -> list[str]:
     counts += " n_embd n_head n_training_threads eval_interval n_eval_episodes log_interval checkpoint_interval"
     rules = [  # (valid values, the test, the flags it applies to); NaN fails every test
         ("at least 1", lambda v: v >= 1, counts),
-        ("at least 0", lambda v: v >= 0, "seed ent_coef vf_coef"),
+        ("at least 0", lambda v: v >= 0, "seed ent_coef vf_coef nearest_k eval_n_agents"),
         ("positive", lambda v: v > 0, "lr critic_lr clip max_grad_norm huber_delta"),
         ("between 0 and 1", lambda v: 0 <= v <= 1, "gamma gae_lambda"),
     ]
@@ -1317,6 +1336,10 @@ def check_args(args: Args):
         problems.append("--capture-video needs imageio-ffmpeg to write mp4 files (pip install imageio-ffmpeg)")
     if args.env_id != "simple_spread_v3" and args.sort_entities:
         problems.append(f"--sort-entities applies to simple_spread_v3 only, not {args.env_id}")
+    if args.nearest_k and (args.env_id != "simple_spread_v3" or args.use_agent_id or args.separate_actors):
+        problems.append("--nearest-k takes simple_spread_v3, --no-use-agent-id and one actor: an input of any N")
+    if args.eval_n_agents and args.eval_checkpoint is None:
+        problems.append("--eval-n-agents is for test mode: add --eval-checkpoint")
     if args.env_id in MPE_SCENARIOS and (args.env_kwargs or args.async_envs):
         problems.append("--env-kwargs and --async-envs apply to envs given by import path, not to MPE scenarios")
     for flag in [f for f in ("n_agents", "max_cycles") if getattr(args, f) != getattr(Args, f)]:
@@ -1461,12 +1484,19 @@ def run_evaluation_only(args: Args, device: torch.device):
 
     checkpoint = load_checkpoint(args.eval_checkpoint, device)
     saved = {k: v for k, v in checkpoint["args"].items() if k in {f.name for f in dataclasses.fields(Args)}}
-    keep = ("eval_checkpoint", "n_eval_episodes", "capture_video", "seed", "cuda", "compile")
+    keep = ("eval_checkpoint", "n_eval_episodes", "capture_video", "seed", "cuda", "compile", "eval_n_agents")
     args = dataclasses.replace(Args(**saved), **{k: v for k, v in vars(args).items() if k in keep})
+    if args.eval_n_agents and not args.nearest_k:
+        raise SystemExit(f"error: --eval-n-agents needs a checkpoint trained with --nearest-k: {args.eval_checkpoint}")
+    args = dataclasses.replace(args, n_agents=args.eval_n_agents or args.n_agents)
     spec = get_env_spec(args.env_id, scenario_kwargs(args))
     envs = PettingZooVecEnv(spec, args.n_eval_episodes, args.seed, device, args.async_envs, args.capture_video)
     agent, value_norm, optimizer = build_agent(envs.spec, args, device)
-    restore(checkpoint, agent, value_norm, optimizer, args.eval_checkpoint)
+    if args.eval_n_agents:  # maybe another team size: what fits it (the policy, whose input does not depend on N)
+        own = agent.state_dict()
+        agent.load_state_dict({k: v for k, v in checkpoint["agent"].items() if v.shape == own[k].shape}, strict=False)
+    else:
+        restore(checkpoint, agent, value_norm, optimizer, args.eval_checkpoint)
     run_dir, step = os.path.dirname(os.path.abspath(args.eval_checkpoint)), checkpoint["global_step"]
     video = os.path.join("videos", os.path.basename(run_dir), f"test_{step}.mp4") if args.capture_video else None
     with SummaryWriter(run_dir) if video else contextlib.nullcontext() as writer:

@@ -157,6 +157,42 @@ def test_sorted_networks_do_not_see_the_order_of_landmarks_and_agents(state_type
     assert not torch.allclose(unsorted.get_dist(shuffled).logits, unsorted.get_dist(obs).logits)
 
 
+def test_nearest_k_keeps_the_nearest_of_each_kind_and_pads_a_smaller_team():
+    """N = 6 (obs: velocity, position 0-3, landmarks 4-15, other agents 16-25, their messages 26-35), K = 3: the 3
+    nearest landmarks' and the 2 nearest agents' blocks; at N = 2 the missing landmark and agent blocks point at the
+    zero column padded on (12), and read zeros; K = N keeps every column in order. An actor of K = 3 has one input
+    size at N = 2, 6 and 10."""
+    six = m.nearest_columns(env_spec(n_agents=6), 3).tolist()
+    assert six == [0, 1, 2, 3, *range(4, 10), *range(16, 20), *range(26, 30)]
+    two = [0, 1, 2, 3, 4, 5, 6, 7, 12, 12, 8, 9, 12, 12, 10, 11, 12, 12]
+    assert m.nearest_columns(env_spec(n_agents=2), 3).tolist() == two
+    assert m.nearest_columns(env_spec(n_agents=6), 6).tolist() == list(range(36))
+    args = dict(nearest_k=3, use_agent_id=False, sort_entities=True)
+    sizes = {
+        n: m.Agent(env_spec(n_agents=n), m.Args(n_agents=n, **args)).actors[0][0][1].in_features for n in (2, 6, 10)
+    }
+    assert sizes == {2: 4 + 6 * 3 - 4, 6: 18, 10: 18}
+    padded = m.Agent(env_spec(n_agents=2), m.Args(n_agents=2, **args)).actor_input(torch.ones(1, 2, 12))
+    assert padded[0, 0].tolist() == [1.0] * 8 + [0.0] * 2 + [1.0] * 2 + [0.0] * 2 + [1.0] * 2 + [0.0] * 2
+    obs = torch.randn(8, 6, 36)
+    agent = m.Agent(env_spec(n_agents=6), m.Args(n_agents=6, **args))
+    sorted_obs = m.sort_entities(obs, agent.entities)
+    torch.testing.assert_close(agent.actor_input(obs), sorted_obs[..., six], rtol=0, atol=0)
+
+
+def test_a_nearest_k_policy_plays_another_team_size_in_test_mode(tmp_path, run_script):
+    """Trained at N = 4 with --nearest-k 2, evaluated at N = 6 on mpe2: six agents' returns; a checkpoint without
+    --nearest-k, and --eval-n-agents outside test mode, are one error line each."""
+    flags = [*TINY, "--n-agents", "4", "--nearest-k", "2", "--no-use-agent-id", "--sort-entities", "--save-model"]
+    run_script(tmp_path, *flags)
+    (run_name,) = os.listdir(tmp_path / "runs")
+    model = f"runs/{run_name}/model.pt"
+    result = run_script(tmp_path, "--eval-checkpoint", model, "--eval-n-agents", "6", "--n-eval-episodes", "2")
+    assert "over 2 episodes; agent_0 " in result.stdout and "agent_5 " in result.stdout
+    assert_one_line_error(run_script(tmp_path, *TINY, "--eval-n-agents", "6", check=False), "is for test mode")
+    assert_one_line_error(run_script(tmp_path, *TINY, "--nearest-k", "2", check=False), "--no-use-agent-id")
+
+
 # ----------------------------------------------------------------------------------------------------
 # Networks and masking
 # ----------------------------------------------------------------------------------------------------

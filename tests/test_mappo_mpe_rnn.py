@@ -367,3 +367,15 @@ def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
         (["--env-id", "simple_reference_v3", "--sort-entities", *TINY], "simple_spread_v3 only"),
     ]:
         assert_one_line_error(run_script(tmp_path, *flags, check=False), message)
+
+
+@pytest.mark.parametrize("n_agents", [2, 6, 10])
+def test_nearest_k_gives_the_actor_one_input_size_at_any_team_size(n_agents):
+    """With --nearest-k 3 (and no agent id) the recurrent actor reads 18 numbers per agent at every N: the sorted
+    observation's kept columns, zeros where a team of 2 has fewer."""
+    spec = env_spec(n_agents=n_agents)
+    agent = m.Agent(spec, m.Args(n_agents=n_agents, nearest_k=3, use_agent_id=False))
+    obs = torch.randn(4, n_agents, spec.obs_dim)
+    padded = torch.nn.functional.pad(m.sort_entities(obs, spec.entities), (0, 1))
+    torch.testing.assert_close(agent.actor_input(obs), padded[..., m.nearest_columns(spec, 3)], rtol=0, atol=0)
+    assert agent.actor_input(obs).shape[-1] == 18
