@@ -80,8 +80,7 @@ class Args:
     sort_entities: bool = False
     """simple_spread_v3 only: the networks get each agent's landmarks and other agents nearest first (sort_entities)"""
     nearest_k: int = 0
-    """spread, sorted: the actor sees the K nearest landmarks and K - 1 nearest other agents only, an input of one
-    size at any N (with --no-use-agent-id), so that --eval-n-agents can play it with another team; 0: all"""
+    """spread: the actor sees the K nearest landmarks and K - 1 other agents, one input size at any N; 0: all"""
     max_cycles: int = 25
     """MPE scenarios: steps before an episode is truncated"""
     continuous_actions: bool = False
@@ -209,11 +208,10 @@ def mlp_net(in_dim: int, out_dim: int, out_gain: float, args: Args) -> nn.Sequen
 
 
 class Gaussian(Normal):
-    """Diagonal Gaussian over zero-padded action vectors (..., action_dim), clipped into the box [0, 1] by the policy:
-    dims an agent lacks (`dims` False) are zero and add nothing to its log-probabilities and entropies, summed over the
-    dims (one PPO ratio per agent). An action on a face scores the mass beyond it (censored Gaussian, Fujita and Maeda
-    2018): a mean beyond a face acts there without noise and, its gradient fading far out, does not drift. Mean 0.5 +
-    `out`; std sigmoid(`std_logit`), at most the box's width (the bonus sees the unclipped Gaussian's entropy)."""
+    """Diagonal Gaussian over zero-padded action vectors (..., action_dim), clipped into [0, 1] by the policy: dims an
+    agent lacks (`dims` False) add nothing to its log-probabilities and entropies, summed over dims (one PPO ratio per
+    agent). An action on a face scores the mass beyond it (censored Gaussian, Fujita and Maeda 2018), so a mean beyond
+    a face acts without noise and does not drift. Mean 0.5 + `out`, std sigmoid(`std_logit`) (entropy unclipped)."""
 
     def __init__(self, out: torch.Tensor, std_logit: torch.Tensor, dims: torch.Tensor):
         super().__init__(out + 0.5, torch.sigmoid(std_logit).expand_as(out), validate_args=False)
@@ -246,10 +244,9 @@ def action_distribution(out: torch.Tensor, avail_actions: torch.Tensor, std_logi
 
 def sort_entities(x: torch.Tensor, entities: tuple) -> torch.Tensor:
     """x (..., F) with the blocks of each entity group reordered by distance, nearest first. A group (count, starts)
-    is `count` blocks of 2 numbers from each start: the first run holds the entities' positions relative to the
-    agent, which set the order; the other runs (their messages) follow it. mpe2 lists spread's landmarks and
-    teammates in a fixed order, so an MLP has to learn the role of each block N times over; sorted, block k is
-    always the k-th nearest. A permutation of the input only: the observation itself stays mpe2's."""
+    is `count` blocks of 2 numbers from each start: the first run (positions relative to the agent) sets the order,
+    the others (messages) follow. mpe2 lists spread's landmarks and teammates in a fixed order, so an MLP would learn
+    each block's role N times over; sorted, block k is always the k-th nearest. The observation itself stays mpe2's."""
     if not entities:
         return x
     x = x.clone()
@@ -262,9 +259,8 @@ def sort_entities(x: torch.Tensor, entities: tuple) -> torch.Tensor:
 
 
 def nearest_columns(spec: EnvSpec, k: int) -> torch.Tensor:
-    """(F,) the columns of a sorted spread observation that --nearest-k keeps: velocity and position, then in each run
-    of the landmarks' and other agents' blocks the first k and k - 1 (nearest first); column obs_dim, a zero padded on,
-    where a team has fewer. F = 4 + 6k - 4 at any N."""
+    """(4 + 6k - 4,) the columns of a sorted spread observation that --nearest-k keeps: velocity, position, then the
+    first k landmark and k - 1 other-agent blocks of each run; obs_dim (a zero padded on) where a team has fewer."""
     columns = list(range(4))
     for (count, starts), keep in zip(spec.entities, (k, k - 1)):
         columns += [s + c if c < 2 * count else spec.obs_dim for s in starts for c in range(2 * keep)]
@@ -540,7 +536,6 @@ def main(args: Args) -> dict:
         envs: VecEnv = BatchedMPE(spec, n_envs, args.seed, device)
     else:  # any PettingZoo parallel env, through gymnasium's vector envs
         envs = PettingZooVecEnv(spec, n_envs, args.seed, device, args.async_envs)
-    # Evaluation: --n-eval-episodes envs (mpe2 itself for an MPE scenario); with --capture-video the first renders
     eval_envs = PettingZooVecEnv(spec, args.n_eval_episodes, args.seed, device, args.async_envs, args.capture_video)
     with StopRequest() as stop, start_logging(run_dir, args, resumed_step) as writer:
         agent, value_norm, optimizer = build_agent(spec, args, device)
@@ -766,10 +761,9 @@ class StepResult(NamedTuple):
 
 @runtime_checkable
 class VecEnv(Protocol):
-    """The envs a run trains on (`BatchedMPE`, `PettingZooVecEnv`): copies of the env of `spec`, stepped together. One
-    whose episode ends begins the next in the same `step`. An agent who leaves an episode early (dies) is terminated
-    then and stays so, with zero observations and rewards and not alive, until the episode ends; its actions are
-    ignored."""
+    """The envs a run trains on (`BatchedMPE`, `PettingZooVecEnv`), copies of `spec`'s env stepped together. One whose
+    episode ends begins the next in the same `step`. An agent who leaves early (dies) is terminated then and stays so,
+    with zero observations and rewards, not alive, its actions ignored, until the episode ends."""
 
     spec: EnvSpec
     keeps_episodes: bool  # whether `load_state_dict` puts back the episodes under way; else new ones begin
@@ -795,8 +789,7 @@ class BatchedMPE:
     `seed` (not mpe2's stream), so a run sees the same episodes on every device. Where they differ, on purpose: two
     agents at exactly one position push each other with zero force (mpe2: 0 / 0 = NaN); float32 can round a distance at
     the collision threshold 0.3 the other way from mpe2's float64. The world: positions `pos` (n_envs, n_agents +
-    n_landmarks, 2), agents first; the agents' velocities `vel` and messages `comm`; each agent's goal landmark `goal`
-    (speaker-listener, reference); the episode's `steps`."""
+    n_landmarks, 2), agents first; agents' velocities `vel`, messages `comm`, goal landmarks `goal`; `steps`."""
 
     WORLD = ("pos", "vel", "comm", "goal", "steps")
     keeps_episodes = True  # the world is saved whole: a resumed run goes on with the episodes under way
@@ -971,11 +964,10 @@ def call_env(env_id: str, env, method: str, *args, **kwargs):
 
 
 class PettingZooEnv(gymnasium.Env):
-    """One PettingZoo parallel env as a gymnasium env of per-agent arrays, for gymnasium's vector envs: the
-    observation (n_agents, obs_dim) holds each agent's, flattened and zero-padded (zeros once it has left the
-    episode); the info holds the rest of a `StepResult`. It begins the next episode itself and reports no end, so
-    gymnasium's autoreset, whose mode differs between its versions, never acts. A rendering env keeps the frames
-    of the episode that a seeded `reset` (the vector env's) begins."""
+    """One PettingZoo parallel env as a gymnasium env of per-agent arrays: the observation (n_agents, obs_dim) holds
+    each agent's, flattened and zero-padded (zeros once it has left); the info the rest of a `StepResult`. It begins
+    the next episode itself and reports no end, so gymnasium's autoreset (its mode differs between versions) never
+    acts. A rendering env keeps the frames of the episode that a seeded `reset` (the vector env's) begins."""
 
     def __init__(self, spec: EnvSpec, render_mode: str | None = None):
         self.env, self.env_id, self.env_spec = make_env(spec.env_id, spec.scenario, render_mode), spec.env_id, spec

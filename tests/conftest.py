@@ -239,3 +239,15 @@ def full_re_decode(model, obs_rep: torch.Tensor, avail: torch.Tensor, action_dis
         if i + 1 < n_agents:
             shifted[:, i + 1] = model.action_tokens(action, torch.ones(B, dtype=torch.bool))
     return torch.stack(actions, dim=1), torch.stack(logprobs, dim=1), torch.stack(outs, dim=1)
+
+
+def assert_the_encoder_takes_any_team_size(m, spec):
+    """MAT with --nearest-k 3: the encoder reads, per agent, the sorted observation's kept columns (zeros where a
+    smaller team has fewer) and no agent id: 18 numbers at every N, so a trained model plays any team size."""
+    n_agents = len(spec.agents)
+    model = m.MultiAgentTransformer(spec, m.Args(n_agents=n_agents, nearest_k=3))
+    assert model.obs_encoder[1].in_features == 18
+    obs = torch.randn(4, n_agents, spec.obs_dim)
+    x, _ = model.agent_inputs(obs, None)
+    padded = torch.nn.functional.pad(m.sort_entities(obs, spec.entities), (0, 1))
+    torch.testing.assert_close(x, padded[..., m.nearest_columns(spec, 3)], rtol=0, atol=0)

@@ -22,6 +22,7 @@ from conftest import (  # noqa: E402
     assert_resume_is_exact,
     assert_sigterm_checkpoint_resumes,
     assert_stops_cleanly,
+    assert_the_encoder_takes_any_team_size,
     full_re_decode,
     save_then_test_mode,
 )
@@ -434,12 +435,4 @@ def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
 
 @pytest.mark.parametrize("n_agents", [2, 6, 10])
 def test_nearest_k_gives_the_encoder_one_input_size_at_any_team_size(n_agents):
-    """With --nearest-k 3 the encoder reads, per agent, the sorted observation's kept columns (zeros where a team of
-    2 has fewer) and no agent id: 18 numbers at every N, so a trained model plays any team size."""
-    spec = env_spec(n_agents=n_agents)
-    model = m.MultiAgentTransformer(spec, m.Args(n_agents=n_agents, nearest_k=3))
-    assert model.obs_encoder[1].in_features == 18
-    obs = torch.randn(4, n_agents, spec.obs_dim)
-    x, _ = model.agent_inputs(obs, None)
-    padded = torch.nn.functional.pad(m.sort_entities(obs, spec.entities), (0, 1))
-    torch.testing.assert_close(x, padded[..., m.nearest_columns(spec, 3)], rtol=0, atol=0)
+    assert_the_encoder_takes_any_team_size(m, env_spec(n_agents=n_agents))
