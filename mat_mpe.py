@@ -314,7 +314,7 @@ def sort_entities(x: torch.Tensor, entities: tuple) -> torch.Tensor:
 
 
 def nearest_columns(spec: EnvSpec, k: int) -> torch.Tensor:
-    """(4 + 6k - 4,) the columns of a sorted spread observation that --nearest-k keeps: velocity, position, then the
+    """(6k,) the columns of a sorted spread observation that --nearest-k keeps: velocity, position, then the
     first k landmark and k - 1 other-agent blocks of each run; obs_dim (a zero padded on) where a team has fewer."""
     columns = list(range(4))
     for (count, starts), keep in zip(spec.entities, (k, k - 1)):
