@@ -340,8 +340,8 @@ PY
 }
 
 devices() {  # the same command on the CPU and with --cuda (DEVICES: "cpu cuda") at each of THREADS (32 512 4096) rollout
-  # threads, with --cuda also with --compile (MODES: "eager compile"), ITERATIONS (12) iterations a run, evaluating only
-  # after the first and the last, a torch thread per core; then a table of SPS and per-phase times of every such run
+  # threads, with --cuda eager (--no-compile) and compiled (MODES: "eager compile"), ITERATIONS (12) iterations a run,
+  # evaluating only at the last, a torch thread per core; then a table of SPS and per-phase times of every such run
   local n device mode name iterations="${ITERATIONS:-12}"
   mkdir -p devices
   for n in ${THREADS:-32 512 4096}; do
@@ -350,7 +350,8 @@ devices() {  # the same command on the CPU and with --cuda (DEVICES: "cpu cuda")
         name="${algo}_devices_${device}_${n}_${mode}"
         timeout "${RUN_TIMEOUT:-300}" python "$script" --exp-name "$name" --n-rollout-threads "$n" \
           --total-timesteps $(( n * 25 * iterations )) --eval-interval 1000000000000 --n-training-threads "$(nproc)" \
-          $([ "$device" = cuda ] && echo --cuda) $([ "$mode" = compile ] && echo --compile) > "devices/$name.log" 2>&1 \
+          $([ "$device" = cuda ] && echo --cuda) $([ "$device$mode" = cudaeager ] && [ "$algo" != rnn ] && echo --no-compile) \
+          >"devices/$name.log" 2>&1 \
           || echo "$name failed: $(tail -1 "devices/$name.log")"
       done
     done
@@ -377,7 +378,7 @@ for run in sorted(glob.glob(f"runs/*__{algo}_devices_*"), key=os.path.getmtime):
 PY
 }
 
-threads() {  # SPS of one run alone and of two side by side, with --n-training-threads 1 (the default) and with one
+threads() {  # SPS of one run alone and of two side by side, with --n-training-threads 1 (the default on 2 cores) and with one
   # torch thread per core (torch's own default, the scripts' before the flag): spread with --preset tuned on the
   # batched env (96k steps), then mpe2's spread on the generic path (19,200 steps); OMP_NUM_THREADS unset
   local path threads flags k

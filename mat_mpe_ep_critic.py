@@ -48,10 +48,10 @@ class Args:
     """if toggled, `torch.backends.cudnn.deterministic=True`"""
     cuda: bool = False
     """if toggled, use the GPU when one is available"""
-    n_training_threads: int = 1
-    """torch threads on the CPU (the official --n_training_threads): with 1, runs side by side keep their speed"""
-    compile: bool = False
-    """if toggled, torch.compile the networks into CUDA graphs: on a GPU up to 2.5x faster, after a minute compiling"""
+    n_training_threads: int = 0
+    """torch threads on the CPU; 0: half the cores (1 on 2 cores), so that two runs side by side keep their speed"""
+    compile: bool = True
+    """on a GPU, torch.compile the networks (CUDA graphs) and the env step, after half a minute; --no-compile: eager"""
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "mat-mpe"
@@ -68,8 +68,8 @@ class Args:
     """test mode: play a --nearest-k checkpoint's actor on spread with this many agents (0: as trained)"""
     resume: str | None = None
     """continue the run of this training checkpoint (`runs/{run_name}/checkpoint.pt`) as if it had never stopped"""
-    checkpoint_interval: int = 200_000
-    """environment steps between training checkpoints (also written at the end and when the run is stopped)"""
+    checkpoint_interval: int = 0
+    """environment steps between training checkpoints (also at the end and on a stop); 0: 200k or 30 iterations"""
 
     # Environment
     env_id: str = "simple_spread_v3"
@@ -147,8 +147,8 @@ class Args:
     """if toggled, every agent is trained on the mean of all agents' rewards"""
 
     # Evaluation and logging
-    eval_interval: int = 50_000
-    """environment steps between deterministic evaluations"""
+    eval_interval: int = 0
+    """environment steps between deterministic evaluations; 0: 50k, or 30 iterations where those are more steps"""
     n_eval_episodes: int = 32
     """episodes per evaluation (one per evaluation env)"""
     log_interval: int = 20_000
@@ -286,10 +286,9 @@ class DecodeBlock(nn.Module):
 
 
 class Gaussian(Normal):
-    """Diagonal Gaussian over zero-padded action vectors (..., action_dim), clipped into [0, 1] by the policy: dims an
-    agent lacks (`dims` False) add nothing to its log-probabilities and entropies, summed over dims (one PPO ratio per
-    agent). An action on a face scores the mass beyond it (censored Gaussian, Fujita and Maeda 2018), so a mean beyond
-    a face acts without noise and does not drift. Mean 0.5 + `out`, std sigmoid(`std_logit`) (entropy unclipped)."""
+    """Diagonal Gaussian over zero-padded action vectors (..., action_dim), clipped into [0, 1]; dims an agent lacks
+    (`dims` False) add nothing to its summed log-probs and entropies. An action on a face scores the mass beyond it
+    (censored, Fujita and Maeda 2018), so a mean past a face acts without noise. Mean 0.5 + `out`."""
 
     def __init__(self, out: torch.Tensor, std_logit: torch.Tensor, dims: torch.Tensor):
         super().__init__(out + 0.5, torch.sigmoid(std_logit).expand_as(out), validate_args=False)
@@ -321,10 +320,9 @@ def action_distribution(out: torch.Tensor, avail_actions: torch.Tensor, std_logi
 
 
 def sort_entities(x: torch.Tensor, entities: tuple) -> torch.Tensor:
-    """x (..., F) with the blocks of each entity group reordered by distance, nearest first. A group (count, starts)
-    is `count` blocks of 2 numbers from each start: the first run (positions relative to the agent) sets the order,
-    the others (messages) follow. mpe2 lists spread's landmarks and teammates in a fixed order, so an MLP would learn
-    each block's role N times over; sorted, block k is always the k-th nearest. The observation itself stays mpe2's."""
+    """x (..., F) with the blocks of each entity group reordered nearest first. A group (count, starts) is `count`
+    blocks of 2 numbers from each start; the first run (positions) sets the order. mpe2 lists spread's landmarks and
+    teammates in a fixed order: an MLP would learn each block's role N times over."""
     if not entities:
         return x
     x = x.clone()
@@ -541,9 +539,8 @@ class RolloutBuffer:
 
 
 def compute_gae(buffer: RolloutBuffer, gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAE over the rollout's (T, ...) `rewards`, `terminated` and `truncated`; its `values` have T+1 entries. A
-    truncated episode bootstraps from the value of its final observation (`final_values`), a terminated one from
-    zero; neither lets the advantage flow into the next episode."""
+    """GAE over the rollout's (T, ...) `rewards`, `terminated`, `truncated` and (T+1, ...) `values`: a truncated episode
+    bootstraps from its final observation's value (`final_values`), a terminated one from zero."""
     rewards, values, terminated, truncated = buffer.rewards, buffer.values, buffer.terminated, buffer.truncated
     next_values = torch.where(truncated, buffer.final_values, values[1:]) * ~terminated
     deltas = rewards + gamma * next_values - values[:-1]
@@ -636,13 +633,13 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
     return float("nan") if var_returns == 0 else (1 - (returns - values).var() / var_returns).item()
 
 
-def build_agent(spec: EnvSpec, args: Args, device: torch.device):
+def build_agent(spec: EnvSpec, args: Args, device: torch.device, compiled: bool = False):
     agent = MultiAgentTransformer(spec, args).to(device)
     value_norm = ValueNorm(args.use_valuenorm).to(device)
     transformer = [p for name, p in agent.named_parameters() if not name.startswith("critic.")]
     groups = [{"params": transformer, "lr": args.lr}, {"params": agent.critic.parameters(), "lr": args.critic_lr}]
     optimizer = torch.optim.Adam(groups, eps=1e-5, fused=True)  # one kernel for all parameters
-    for name in ("act", "evaluate_actions", "get_value") if args.compile else ():  # fused kernels, one launch a call
+    for name in ("act", "evaluate_actions", "get_value") if compiled else ():  # fused kernels, one launch a call
         setattr(agent, name, torch.compile(getattr(agent, name), mode="reduce-overhead"))
     return agent, value_norm, optimizer
 
@@ -654,13 +651,15 @@ def main(args: Args) -> dict:
     check_args(args)
     device = select_device(args.cuda)
     torch.manual_seed(args.seed)
-    torch.set_num_threads(args.n_training_threads)  # torch's default takes every core, in every process
+    torch.set_num_threads(args.n_training_threads or max(1, os.cpu_count() // 2))  # torch's own takes every core
     torch.backends.cudnn.deterministic = args.torch_deterministic
     if args.eval_checkpoint is not None:
         run_evaluation_only(args, device)
         return {}
     spec = get_env_spec(args.env_id, scenario_kwargs(args))  # read from the env once; one it cannot train fails here
+    compiled = args.compile and device.type == "cuda"  # on a CPU compiling gains nothing
     check_memory(spec, args, device)
+    print(f"training on {device.type}, torch threads: {torch.get_num_threads()}" + ", compiling first" * compiled)
 
     run_dir = f"runs/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     checkpoint, resumed_step = None, None
@@ -671,19 +670,19 @@ def main(args: Args) -> dict:
     run_name = os.path.basename(run_dir)
     T, n_envs = args.episode_length, args.n_rollout_threads
     num_iterations = args.total_timesteps // (T * n_envs)
+    apart = 30 * T * n_envs  # default evaluations and checkpoints 30 iterations apart at least (4,096 envs: 3M steps)
     if args.env_id in MPE_SCENARIOS:  # mpe2 batched in torch on the device
-        envs: VecEnv = BatchedMPE(spec, n_envs, args.seed, device)
+        envs: VecEnv = BatchedMPE(spec, n_envs, args.seed, device, compiled)
     else:  # any PettingZoo parallel env, through gymnasium's vector envs
         envs = PettingZooVecEnv(spec, n_envs, args.seed, device, args.async_envs)
     eval_envs = PettingZooVecEnv(spec, args.n_eval_episodes, args.seed, device, args.async_envs, args.capture_video)
     with StopRequest() as stop, start_logging(run_dir, args, resumed_step) as writer:
-        agent, value_norm, optimizer = build_agent(spec, args, device)
+        agent, value_norm, optimizer = build_agent(spec, args, device, compiled)
         initial_lrs = [group["lr"] for group in optimizer.param_groups]  # before a resume loads decayed ones
         buffer = RolloutBuffer(T, n_envs, spec, device)
         episode_returns = EpisodeReturns(n_envs, len(spec.agents), device)
         if checkpoint is None:
-            next_step = {"log": args.log_interval, "eval": 0, "checkpoint": args.checkpoint_interval}
-            progress = Progress(iteration=0, global_step=0, next_step=next_step)
+            progress = Progress(iteration=0, global_step=0)
             envs.reset()
         else:
             restore(checkpoint, agent, value_norm, optimizer, args.resume)
@@ -730,10 +729,12 @@ def main(args: Args) -> dict:
                 progress.train_return = float(ended_returns.mean())
             lr = optimizer.param_groups[0]["lr"]
             log_iteration(writer, global_step, sps, seconds, lr, losses, ended_returns, spec.agents)
+            if compiled and global_step == start_step + T * n_envs:  # the first iteration compiled
+                print(f"step {global_step:>9,} | compiled for the GPU in {sum(seconds.values()):.0f} s (once a run)")
 
             # 5. Evaluate the greedy policy, keeping the best model
             last = iteration == num_iterations
-            if progress.due("eval", args.eval_interval) or last:
+            if due(global_step, args.eval_interval or max(50_000, apart), T * n_envs) or last:
                 video = f"videos/{run_name}/eval_{global_step}.mp4"
                 returns = evaluate_and_record(agent, eval_envs, args, writer, global_step, video)
                 progress.eval_return = float(returns.mean())
@@ -743,12 +744,12 @@ def main(args: Args) -> dict:
                     if args.save_model:
                         save_checkpoint(f"{run_dir}/best_model.pt", agent, value_norm, optimizer, args, global_step)
 
-            if progress.due("log", args.log_interval) or last:
+            if due(global_step, args.log_interval, T * n_envs) or last:
                 total_steps = num_iterations * T * n_envs
                 print(progress_line(global_step, total_steps, sps, progress.train_return, progress.eval_return, losses))
 
             # 6. A training checkpoint to resume from
-            if progress.due("checkpoint", args.checkpoint_interval) or last or stop.signal is not None:
+            if due(global_step, args.checkpoint_interval or max(200_000, apart), T * n_envs) or last or stop.signal:
                 training = training_state(progress, envs, episode_returns)
                 save_checkpoint(f"{run_dir}/checkpoint.pt", agent, value_norm, optimizer, args, global_step, **training)
             if stop.signal is not None:
@@ -923,18 +924,19 @@ MOVES = [[0.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, -1.0], [0.0, 1.0]]  # discre
 
 class BatchedMPE:
     """`n_envs` copies of an mpe2 scenario as tensors on `device`, stepped together with mpe2's arithmetic in mpe2's
-    order (its `World.step`, `_set_action` and the scenario's observation and reward, mpe2 1.1.1; the tests step both
-    from the same world and compare every output). Ended episodes are reset in place, from a CPU generator seeded with
-    `seed` (not mpe2's stream), so a run sees the same episodes on every device. Where they differ, on purpose: two
-    agents at exactly one position push each other with zero force (mpe2: 0 / 0 = NaN); float32 can round a distance at
-    the collision threshold 0.3 the other way from mpe2's float64. The world: positions `pos` (n_envs, n_agents +
-    n_landmarks, 2), agents first; agents' velocities `vel`, messages `comm`, goal landmarks `goal`; `steps`."""
+    order (`World.step`, `_set_action`, the scenario's observation and reward, mpe2 1.1.1; the tests step both from one
+    world and compare every output). Ended episodes restart in place from a CPU generator seeded with `seed`: the same
+    episodes on every device. Unlike mpe2: agents at one position push with zero force (mpe2: NaN); float32 may round a
+    distance at the collision threshold 0.3 the other way. The world: `pos` (n_envs, n_agents + n_landmarks, 2), agents
+    first; `vel`, `comm`, `goal`; `steps` on the CPU: no step waits for the GPU."""
 
-    WORLD = ("pos", "vel", "comm", "goal", "steps")
+    WORLD = ("pos", "vel", "comm", "goal", "steps")  # `steps` on the CPU, the others on the device
     keeps_episodes = True  # the world is saved whole: a resumed run goes on with the episodes under way
 
-    def __init__(self, spec: EnvSpec, n_envs: int, seed: int, device: torch.device):
+    def __init__(self, spec: EnvSpec, n_envs: int, seed: int, device: torch.device, compile_step: bool = False):
         self.spec, self.env_id, self.n_envs, self.device = spec, spec.env_id, n_envs, device
+        if compile_step:  # fused kernels, a few a step instead of some sixty (no CUDA graph: the world carries over)
+            self.advance = torch.compile(self.advance)
         self.max_cycles, self.continuous = spec.scenario["max_cycles"], spec.continuous
         self.n_agents = n_agents = len(spec.agents)
         # mpe2's make_world: who moves, who speaks and in messages of what size, the landmarks and their colours
@@ -955,16 +957,15 @@ class BatchedMPE:
         zeros = lambda *shape, dtype=None: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
         self.pos, self.vel = zeros(n_envs, n_agents + self.n_landmarks, 2), zeros(n_envs, n_agents, 2)
         self.comm, self.goal = zeros(n_envs, n_agents, self.dim_c), zeros(n_envs, n_agents, dtype=torch.long)
-        self.steps = zeros(n_envs, dtype=torch.long)
+        self.steps = torch.zeros(n_envs, dtype=torch.long)  # on the CPU (`step`)
         self.alive = torch.ones(n_envs, n_agents, dtype=torch.bool, device=device)  # no agent leaves an episode early
         self.generator = torch.Generator().manual_seed(seed)
 
     def action_table(self, movable: list[bool], speaks: list[bool]) -> torch.Tensor:
-        """What an action does, as mpe2's `_execute_world_step` and `_set_action` read it: per agent, [force, message]
-        (n_agents, n_actions, 2 + dim_c) for each discrete action, or the matrix (n_agents, action_dim, 2 + dim_c)
-        that maps an action vector to them. A moving agent's action holds a move (discrete: none, -x, +x, -y, +y;
-        continuous: (a2 - a1, a4 - a3)) times the sensitivity 5, then, if it speaks, a message (discrete:
-        move + 5 * message, one-hot; continuous: the dim_c values after the 5 move dimensions)."""
+        """What an action does (mpe2's `_execute_world_step`, `_set_action`): per agent, [force, message] (n_agents,
+        n_actions, 2 + dim_c) for each discrete action, or the matrix (n_agents, action_dim, 2 + dim_c) that maps an
+        action vector to them: a move (discrete: none, -x, +x, -y, +y; continuous: (a2 - a1, a4 - a3)) times 5, then
+        a speaker's message (discrete: action = move + 5 * message, one-hot; continuous: the dim_c values after)."""
         table = torch.zeros(self.n_agents, self.spec.action_dim, 2 + self.dim_c)
         for i in range(self.n_agents):
             n_moves = 5 if movable[i] else 0
@@ -982,26 +983,38 @@ class BatchedMPE:
         return table
 
     def reset(self):
-        self.reset_envs(torch.ones(self.n_envs, dtype=torch.bool, device=self.device))
+        self.reset_envs(torch.ones(self.n_envs, dtype=torch.bool))
 
     def reset_envs(self, envs: torch.Tensor):
-        """New episodes in the envs marked in `envs` (n_envs,) bool, as mpe2's `reset_world`: agents and landmarks
-        uniform in [-1, 1]^2, at rest and silent, each agent's goal one of the landmarks, uniformly."""
+        """New episodes in the envs marked in `envs` (n_envs,) bool on the CPU, as mpe2's `reset_world`: agents and
+        landmarks uniform in [-1, 1]^2, at rest and silent, each agent's goal one of the landmarks, uniformly."""
         pos = torch.rand(self.pos.shape, generator=self.generator) * 2 - 1
         goal = torch.randint(self.n_landmarks, self.goal.shape, generator=self.generator)
-        keep = ~envs[:, None, None]
+        self.steps = self.steps * ~envs
+        keep = ~envs.to(self.device)[:, None, None]
         self.pos = torch.where(keep, self.pos, pos.to(self.device))
         self.vel, self.comm = self.vel * keep, self.comm * keep
         self.goal = torch.where(keep[:, 0], self.goal, goal.to(self.device))
-        self.steps = self.steps * keep[:, 0, 0]
 
     def step(self, actions: torch.Tensor) -> StepResult:
         """Every env one step on, with actions (n_envs, n_agents), or action vectors (n_envs, n_agents, action_dim)
-        clipped into [0, 1] here, as mpe2 clips them (the policies clip their own). mpe2's order: forces from the
-        actions and the contacts, the agents move and messages are set, then rewards and observations are read."""
+        clipped into [0, 1] here as mpe2 clips them (the policies clip their own); ended episodes restart."""
+        if self.continuous and not torch.isfinite(actions).all():  # the one wait for the device, continuous only
+            raise SystemExit("error: the policy gave a continuous action that is NaN or infinite (it diverged)")
+        rewards, final_obs, final_state = self.advance(actions)
+        self.steps = self.steps + 1  # new tensors, not in-place updates: an earlier state_dict() stays as it was
+        truncated = self.steps >= self.max_cycles  # (n_envs,) on the CPU
+        obs, state = final_obs, final_state
+        if truncated.any():
+            self.reset_envs(truncated)
+            obs, state = self.observations()
+        truncated = truncated.to(self.device, non_blocking=True)[:, None].expand(-1, self.n_agents)
+        terminated = torch.zeros_like(truncated)  # these scenarios end only by truncation
+        return StepResult(obs, state, rewards, terminated, truncated, final_obs, final_state, self.alive)
+
+    def advance(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The world one step on in mpe2's order (forces, moves and messages; rewards, observations and state)."""
         if self.continuous:
-            if not torch.isfinite(actions).all():
-                raise SystemExit("error: the policy gave a continuous action that is NaN or infinite (it diverged)")
             effects = torch.einsum("eia,iac->eic", actions.clamp(0.0, 1.0), self.action_effects)
         else:
             effects = self.action_effects[self.agent_rows, actions]  # (n_envs, n_agents, 2 + dim_c)
@@ -1009,17 +1022,8 @@ class BatchedMPE:
         if self.env_id == "simple_spread_v3":
             force = force + self.contact_forces()
         self.integrate(force)
-        self.steps = self.steps + 1  # new tensors, not in-place updates: an earlier state_dict() stays as it was
         relative, dist = self.relative_positions()
-        rewards = self.rewards(relative, dist)
-        final_obs, final_state = self.observations(relative)
-        truncated = (self.steps >= self.max_cycles)[:, None].expand(-1, self.n_agents)
-        obs, state = final_obs, final_state
-        if truncated.any():
-            self.reset_envs(truncated[:, 0])
-            obs, state = self.observations()
-        terminated = torch.zeros_like(truncated)  # these scenarios end only by truncation
-        return StepResult(obs, state, rewards, terminated, truncated, final_obs, final_state, self.alive)
+        return self.rewards(relative, dist), *self.observations(relative)
 
     def contact_forces(self) -> torch.Tensor:
         """(n_envs, n_agents, 2): mpe2's soft contact forces between spread's agents, summed per agent; they act at
@@ -1086,7 +1090,7 @@ class BatchedMPE:
 
     def load_state_dict(self, state: dict):
         for name in self.WORLD:
-            setattr(self, name, state[name].to(self.device))
+            setattr(self, name, state[name].to("cpu" if name == "steps" else self.device))
         self.generator.set_state(state["generator"].cpu())
 
 
@@ -1103,10 +1107,9 @@ def call_env(env_id: str, env, method: str, *args, **kwargs):
 
 
 class PettingZooEnv(gymnasium.Env):
-    """One PettingZoo parallel env as a gymnasium env of per-agent arrays: the observation (n_agents, obs_dim) holds
-    each agent's, flattened and zero-padded (zeros once it has left); the info the rest of a `StepResult`. It begins
-    the next episode itself and reports no end, so gymnasium's autoreset (its mode differs between versions) never
-    acts. A rendering env keeps the frames of the episode that a seeded `reset` (the vector env's) begins."""
+    """One PettingZoo parallel env as a gymnasium env of per-agent arrays: observations (n_agents, obs_dim), flattened,
+    zero-padded (zeros once an agent left); the info, the rest of a `StepResult`. It begins its next episode itself and
+    reports no end, so gymnasium's autoreset never acts; rendering, it keeps a seeded `reset`'s frames."""
 
     def __init__(self, spec: EnvSpec, render_mode: str | None = None):
         self.env, self.env_id, self.env_spec = make_env(spec.env_id, spec.scenario, render_mode), spec.env_id, spec
@@ -1297,12 +1300,11 @@ RUN_CONTROL_ARGS = frozenset(
 
 
 def check_resume(args: Args, checkpoint: dict):
-    """Refuses, with one line, a checkpoint that cannot go on under `args`: one without training state, one of an
-    earlier version, one whose algorithm arguments differ (the total steps count as one with --linear-lr-decay,
-    which they schedule), or one that has already reached --total-timesteps."""
+    """Refuses, in one line, a checkpoint that cannot go on under `args`: a model only, an earlier version's, other
+    algorithm arguments (with --linear-lr-decay the total steps too), or --total-timesteps reached."""
     if "progress" not in checkpoint:
         raise SystemExit(f"error: {args.resume} holds a model only; --resume takes the checkpoint.pt of a run folder")
-    if "env" not in checkpoint:  # its envs ran in worker processes, whose state was not saved
+    if "env" not in checkpoint or "next_step" in checkpoint["progress"]:  # worker processes, or a saved schedule
         raise SystemExit(f"error: {args.resume} was written by an earlier version of {checkpoint['script']}: no resume")
     run_control = RUN_CONTROL_ARGS - ({"total_timesteps"} if args.linear_lr_decay else set())
     saved = checkpoint["args"]
@@ -1326,17 +1328,14 @@ class Progress:
 
     iteration: int  # iterations done
     global_step: int
-    next_step: dict  # the env step at which "log", "eval" and "checkpoint" are next due
     best_eval: float = -np.inf
     eval_return: float = float("nan")  # the latest evaluation's
     train_return: float = float("nan")  # the mean return of the latest episodes that ended
 
-    def due(self, event: str, interval: int) -> bool:
-        """Whether `event` is due at the current step; if it is, it is next due `interval` steps later."""
-        if self.global_step < self.next_step[event]:
-            return False
-        self.next_step[event] += interval
-        return True
+
+def due(step: int, interval: int, iteration_steps: int) -> bool:
+    """Whether an event every `interval` env steps is due after the iteration that ended at `step`: it passed one."""
+    return step // interval > (step - iteration_steps) // interval
 
 
 def training_state(progress: Progress, envs: VecEnv, episode_returns: EpisodeReturns) -> dict:
@@ -1364,10 +1363,11 @@ def resume_training(checkpoint: dict, envs: VecEnv, episode_returns: EpisodeRetu
 def range_errors(args) -> list[str]:
     """One message per numeric flag outside the values it can work with; flags a script does not have are skipped."""
     counts = "n_rollout_threads n_agents max_cycles episode_length ppo_epoch num_mini_batch hidden_size n_block"
-    counts += " n_embd n_head n_training_threads eval_interval n_eval_episodes log_interval checkpoint_interval"
+    counts += " n_embd n_head n_eval_episodes log_interval"
+    chosen = "n_training_threads eval_interval checkpoint_interval"  # 0: the script chooses
     rules = [  # (valid values, the test, the flags it applies to); NaN fails every test
         ("at least 1", lambda v: v >= 1, counts),
-        ("at least 0", lambda v: v >= 0, "seed ent_coef vf_coef nearest_k eval_n_agents"),
+        ("at least 0", lambda v: v >= 0, "seed ent_coef vf_coef nearest_k eval_n_agents " + chosen),
         ("positive", lambda v: v > 0, "lr critic_lr clip max_grad_norm huber_delta"),
         ("between 0 and 1", lambda v: 0 <= v <= 1, "gamma gae_lambda"),
     ]

@@ -55,6 +55,8 @@ def stop_script(request):
         command = [sys.executable, script, *flags]
         proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         first_line = proc.stdout.readline()
+        while first_line.startswith("training on"):  # the line that says where it trains comes first
+            first_line = proc.stdout.readline()
         assert first_line.startswith("step"), first_line + proc.stderr.read()[-2000:]
         proc.send_signal(getattr(signal, signal_name))
         out, err = proc.communicate(timeout=120)

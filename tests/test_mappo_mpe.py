@@ -27,6 +27,7 @@ from conftest import (  # noqa: E402
     assert_resume_is_exact,
     assert_sigterm_checkpoint_resumes,
     assert_stops_cleanly,
+    logged_scalars,
     save_then_test_mode,
 )
 
@@ -560,8 +561,7 @@ def test_a_training_state_survives_a_weights_only_checkpoint(tmp_path):
     envs.reset()
     episode_returns = m.EpisodeReturns(4, 3, CPU)
     episode_returns.add(torch.randn(4, 3), torch.zeros(4, dtype=torch.bool))
-    next_step = {"log": 800, "eval": 1000, "checkpoint": 2000}
-    progress = m.Progress(7, 700, next_step, best_eval=-9.5, eval_return=-10.0, train_return=-11.0)
+    progress = m.Progress(7, 700, best_eval=-9.5, eval_return=-10.0, train_return=-11.0)
     torch.manual_seed(5)
     torch.save(m.training_state(progress, envs, episode_returns), tmp_path / "state.pt")
     expected = (torch.rand(3), torch.randperm(10), envs.step(torch.zeros(4, 3, dtype=torch.long)).obs)
@@ -820,7 +820,7 @@ FAULTS = {  # tests/faulty_env.py's `fail` and `at_call`, other flags, and what 
     "NaN": (["fail", "nonfinite", "at_call", "30"], [], "its step() returned a NaN or infinity at env step 58"),
     "rendering": (
         ["fail", "render", "at_call", "3"],
-        ["--capture-video"],
+        ["--capture-video", "--eval-interval", "20"],
         "its render() raised RuntimeError('render failed on purpose') at env step 20",
     ),
     "in a worker process": (
@@ -981,17 +981,30 @@ def test_the_progress_line_shows_the_latest_episodes_that_ended(tmp_path, run_sc
     assert len(returns) == 3 and returns[0] == "nan" and returns[1] != "nan" and returns[2] == returns[1]
 
 
-def test_a_run_takes_the_torch_threads_it_is_given(tmp_path, monkeypatch):
-    """One torch thread by default, so that runs side by side keep their speed; --n-training-threads sets others."""
+def test_by_default_evaluations_wait_for_their_interval_and_thirty_iterations(tmp_path, monkeypatch):
+    """No evaluation at step 0, and by default evaluations (and checkpoints) at least 30 iterations apart: with 4,000
+    envs of one step an iteration, every 120,000 steps instead of 50,000; an --eval-interval given is kept."""
     monkeypatch.chdir(tmp_path)
+    flags = dict(n_rollout_threads=4000, episode_length=1, hidden_size=4, ppo_epoch=1, eval_interval=0)
+    for eval_interval, evaluated in ((0, [120_000, 124_000]), (50_000, [52_000, 100_000, 124_000])):
+        args = tiny_args(**flags | dict(total_timesteps=124_000, eval_interval=eval_interval, log_interval=10**6))
+        run_dir = tmp_path / "runs" / m.main(args)["run_name"]
+        assert [step for step, _ in logged_scalars(run_dir)["eval/episodic_return"]] == evaluated
+
+
+def test_a_run_takes_the_torch_threads_it_is_given(tmp_path, monkeypatch, capsys):
+    """Half the cores by default (one on two cores), so that two runs side by side keep their speed, said at the start;
+    --n-training-threads sets others."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
     before = torch.get_num_threads()
     try:
-        for threads in (2, m.Args().n_training_threads):
-            m.main(tiny_args(total_timesteps=100, n_training_threads=threads))
+        for given, threads in ((3, 3), (m.Args().n_training_threads, 8)):
+            m.main(tiny_args(total_timesteps=100, n_training_threads=given))
             assert torch.get_num_threads() == threads
+            assert capsys.readouterr().out.startswith(f"training on cpu, torch threads: {threads}\n")
     finally:
         torch.set_num_threads(before)
-    assert m.Args().n_training_threads == 1
 
 
 def test_evaluation_records_the_first_episode_when_its_env_renders():

@@ -91,26 +91,28 @@ def test_capture_video_without_imageio_ffmpeg_is_one_error_line(script, monkeypa
         ("mat_mpe_ep_critic", ["act", "evaluate_actions", "get_value"]),
     ],
 )
-def test_compile_traces_every_entry_point_whole_and_changes_no_result(script, entry_points, tmp_path, monkeypatch):
-    """--compile hands each network entry point of the training loop to torch.compile with CUDA graphs, which need
-    one whole graph a call. Traced by Dynamo in full (`fullgraph`) and run by its eager backend, the same operators
-    run: one iteration gives the same losses as without the flag. Test mode compiles only when its own command
-    says so (evaluating a short while, maybe on a machine without a compiler)."""
+def test_compile_traces_every_entry_point_and_the_env_step_whole(script, entry_points, tmp_path, monkeypatch):
+    """On a GPU (`--compile`, the default there) the network entry points of the training loop go to torch.compile
+    with CUDA graphs, which need one whole graph a call, and the batched env's `advance` to Inductor's fusion. Here
+    each is traced by Dynamo in full (`fullgraph`) through a training iteration and run by its eager backend; on the
+    CPU a run compiles nothing."""
     module, torch_compile, compiled = importlib.import_module(script), torch.compile, []
 
-    def compile_whole_and_run_eagerly(function, mode):
+    def compile_whole_and_run_eagerly(function, mode=None):
         compiled.append((function.__name__, mode))
         return torch_compile(function, backend="eager", fullgraph=True)
 
     monkeypatch.chdir(tmp_path)
-    flags = ["--total-timesteps", "100", "--n-rollout-threads", "4", "--n-eval-episodes", "2", "--ppo-epoch", "2"]
-    plain = module.main(module.parse_args(flags))
     monkeypatch.setattr(torch, "compile", compile_whole_and_run_eagerly)
+    flags = ["--total-timesteps", "100", "--n-rollout-threads", "4", "--n-eval-episodes", "2", "--ppo-epoch", "2"]
     try:
-        with_compile = module.main(module.parse_args([*flags, "--compile"]))
-        checkpoint = f"runs/{with_compile['run_name']}/checkpoint.pt"
-        module.main(module.parse_args(["--eval-checkpoint", checkpoint, "--n-eval-episodes", "2"]))  # not compiled
+        assert module.main(module.parse_args(flags))["global_step"] == 100 and compiled == []  # the CPU: eager
+        build_agent, batched_mpe = module.build_agent, module.BatchedMPE  # as main calls them on a GPU
+        monkeypatch.setattr(module, "build_agent", lambda spec, args, device, _: build_agent(spec, args, device, True))
+        monkeypatch.setattr(
+            module, "BatchedMPE", lambda spec, n, seed, device, _: batched_mpe(spec, n, seed, device, True)
+        )
+        assert module.main(module.parse_args(flags))["global_step"] == 100
     finally:
         torch._dynamo.reset()
-    assert compiled == [(name, "reduce-overhead") for name in entry_points]
-    assert with_compile["losses"] == plain["losses"] and with_compile["global_step"] == 100
+    assert compiled == [("advance", None)] + [(name, "reduce-overhead") for name in entry_points]
