@@ -41,6 +41,7 @@ def run_script(request):
             assert result.returncode == 0, result.stderr[-3000:]
         return result
 
+    run.script = request.module.SCRIPT
     return run
 
 
@@ -87,16 +88,19 @@ def assert_one_line_error(result: subprocess.CompletedProcess, message: str):
 
 
 def save_then_test_mode(run_script, cwd, *train_flags) -> tuple[str, subprocess.CompletedProcess]:
-    """Trains with --save-model, then evaluates model.pt in test mode with a video; returns the run name
-    and the test-mode result, after checking both checkpoints and the video were written."""
-    run_script(cwd, *TINY, "--save-model", *train_flags)
+    """Trains with --save-model (a run to the end, in its run folder with its logs: the end-to-end check of spread's
+    discrete actions), then evaluates model.pt in test mode with a video; returns the run name and the test-mode
+    result, after checking both checkpoints and the video were written."""
+    trained = run_script(cwd, *TINY, "--save-model", *train_flags)
     (run_name,) = os.listdir(cwd / "runs")
     run_dir = cwd / "runs" / run_name
+    env_id = train_flags[train_flags.index("--env-id") + 1] if "--env-id" in train_flags else "simple_spread_v3"
+    assert "step       200/200" in trained.stdout and run_name.startswith(f"{env_id}__{run_script.script[:-3]}__1__")
     assert {"model.pt", "best_model.pt"} <= set(os.listdir(run_dir))
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(run_dir))
     result = run_script(
         cwd, "--eval-checkpoint", str(run_dir / "model.pt"), "--n-eval-episodes", "3", "--capture-video"
     )
-    env_id = train_flags[train_flags.index("--env-id") + 1] if "--env-id" in train_flags else "simple_spread_v3"
     assert f"trained 200 steps on {env_id}" in result.stdout and "over 3 episodes" in result.stdout
     (video,) = os.listdir(cwd / "videos" / run_name)
     assert video == "test_200.mp4" and os.path.getsize(cwd / "videos" / run_name / video) > 1000
@@ -119,7 +123,7 @@ GENERIC_ENVS = {
 
 
 RESUME_FLAGS = ["--n-rollout-threads", "4", "--n-eval-episodes", "2", "--ppo-epoch", "2"]
-RESUME_FLAGS += ["--eval-interval", "500", "--log-interval", "500", "--checkpoint-interval", "1000"]
+RESUME_FLAGS += ["--eval-interval", "200", "--log-interval", "200", "--checkpoint-interval", "400"]
 
 
 def logged_scalars(run_dir) -> dict:
@@ -131,24 +135,24 @@ def logged_scalars(run_dir) -> dict:
 
 
 def assert_resume_is_exact(run_script, cwd, *flags):
-    """2,000 steps straight, and 1,000 steps then --resume to 2,000, end with bit-identical parameters and log the
+    """800 steps straight, and 400 steps then --resume to 800, end with bit-identical parameters and log the
     same losses, returns and evaluations at every step (the resumed run appends to its run folder)."""
     for name in ("straight", "halves"):
         (cwd / name).mkdir()
-    run_script(cwd / "straight", "--total-timesteps", "2000", *RESUME_FLAGS, *flags)
-    run_script(cwd / "halves", "--total-timesteps", "1000", *RESUME_FLAGS, *flags)
+    run_script(cwd / "straight", "--total-timesteps", "800", *RESUME_FLAGS, *flags)
+    run_script(cwd / "halves", "--total-timesteps", "400", *RESUME_FLAGS, *flags)
     ((straight,), (halves,)) = ([d for d in (cwd / name / "runs").iterdir()] for name in ("straight", "halves"))
-    resumed = run_script(cwd, "--total-timesteps", "2000", *RESUME_FLAGS, *flags, "--resume", f"{halves}/checkpoint.pt")
+    resumed = run_script(cwd, "--total-timesteps", "800", *RESUME_FLAGS, *flags, "--resume", f"{halves}/checkpoint.pt")
     assert f"run in {halves}, with checkpoint.pt" in resumed.stdout
-    assert "step     2,000/2,000" in resumed.stdout and "step     1,000" not in resumed.stdout
+    assert "step       800/800" in resumed.stdout and "step       400" not in resumed.stdout
     first, second = (torch.load(d / "checkpoint.pt", weights_only=True) for d in (straight, halves))
-    assert first["global_step"] == second["global_step"] == 2000
+    assert first["global_step"] == second["global_step"] == 800
     assert first["agent"].keys() == second["agent"].keys()
     assert all(torch.equal(first["agent"][k], second["agent"][k]) for k in first["agent"])
     assert first["optimizer"]["state"].keys() == second["optimizer"]["state"].keys()
     logged = logged_scalars(straight)
     assert {"losses/policy_loss", "losses/value_loss", "eval/episodic_return"} <= logged.keys()
-    assert logged["losses/policy_loss"][-1][0] == 2000 and logged == logged_scalars(halves)
+    assert logged["losses/policy_loss"][-1][0] == 800 and logged == logged_scalars(halves)
 
 
 def assert_sigterm_checkpoint_resumes(stop_script, run_script, cwd):

@@ -80,11 +80,11 @@ def random_actions(rng, spec: m.EnvSpec, n_envs: int) -> np.ndarray:
 
 
 def compare_with_mpe2(env_id: str, continuous: bool, extra: dict, reload_each_step: bool, atol: float):
-    """100 mpe2 envs and a batched env of 100 start from the same worlds (mpe2's seeded resets) and take the same
+    """50 mpe2 envs and a batched env of 50 start from the same worlds (mpe2's seeded resets) and take the same
     random actions for two episodes of 25 steps. With `reload_each_step`, mpe2's world is put into the batched env
     before every step, so that each step is compared from the same state (float32 drift neither hides nor fakes an
     error); without, the batched env runs on by itself and mpe2's world is loaded only after each reset."""
-    n_envs, dtype = 100, torch.get_default_dtype()
+    n_envs, dtype = 50, torch.get_default_dtype()
     kwargs = scenario(env_id, continuous_actions=continuous, **extra)
     batched = m.BatchedMPE(m.get_env_spec(env_id, kwargs), n_envs, seed=0, device=CPU)
     spec = batched.spec

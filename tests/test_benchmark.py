@@ -415,8 +415,10 @@ def smoke_runs(tmp_path_factory) -> dict:
     """Every mode of SMOKE_MODES run with SMOKE=1, two at a time, each from its own copy of the repository's files
     (a git repository, for versus), so that nothing lands in the repository's bench/."""
 
+    copies = {mode: tmp_path_factory.mktemp(mode) for mode in SMOKE_MODES}  # made here: mktemp is not thread-safe
+
     def run(mode: str) -> subprocess.CompletedProcess:
-        copy = tmp_path_factory.mktemp(mode)
+        copy = copies[mode]
         for name in os.listdir(ROOT):
             if name.endswith(".py") or name == "benchmark.sh":
                 shutil.copy(os.path.join(ROOT, name), copy)
@@ -432,6 +434,7 @@ def smoke_runs(tmp_path_factory) -> dict:
         return dict(zip(SMOKE_MODES, pool.map(run, SMOKE_MODES)))
 
 
+@pytest.mark.xdist_group("smoke_runs")  # with -n 2 these share one worker, so the module's fixture runs once
 @pytest.mark.parametrize("mode", SMOKE_MODES)
 def test_every_mode_runs_on_a_tiny_budget(smoke_runs, mode):
     """Each mode of benchmark.sh ends well with SMOKE=1 and prints its table (resume: a stopped and resumed run equal

@@ -370,7 +370,8 @@ def test_impossible_settings_are_rejected(overrides, message):
 
 
 @pytest.mark.parametrize(
-    "env_id,continuous", [(env_id, False) for env_id in SCENARIOS] + [("simple_speaker_listener_v4", True)]
+    "env_id,continuous",  # spread's discrete actions: test_save_model_then_test_mode_with_video
+    [(env_id, False) for env_id in SCENARIOS if env_id != "simple_spread_v3"] + [("simple_speaker_listener_v4", True)],
 )
 def test_script_end_to_end(tmp_path, run_script, env_id, continuous):
     flags = ["--env-id", env_id, *TINY] + (["--continuous-actions"] if continuous else [])
