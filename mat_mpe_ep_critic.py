@@ -181,6 +181,9 @@ def parse_args(argv: list[str] | None = None) -> Args:
         if count % 2:  # else tyro's own message, a box of nine lines
             raise SystemExit(f"error: --env-kwargs takes name-value pairs, not {count} values")
     chosen, _ = tyro.cli(Args, args=argv, return_unknown_args=True, add_help=False)
+    for flag in {"--n-agents", "--max-cycles"} & {arg.split("=")[0].replace("_", "-") for arg in argv}:
+        if chosen.env_id not in MPE_SCENARIOS:  # an env given by import path takes its own keywords, even if equal
+            raise SystemExit(f"error: {flag} is for MPE scenarios; use --env-kwargs with {chosen.env_id}")
     settings = PRESETS[chosen.preset].get(chosen.env_id, {})
     if chosen.continuous_actions:
         settings = settings | CONTINUOUS_PRESETS[chosen.preset].get(chosen.env_id, {})
@@ -1396,9 +1399,6 @@ def check_args(args: Args):
         problems.append("--eval-n-agents is for test mode: add --eval-checkpoint")
     if args.env_id in MPE_SCENARIOS and (args.env_kwargs or args.async_envs):
         problems.append("--env-kwargs and --async-envs apply to envs given by import path, not to MPE scenarios")
-    for flag in [f for f in ("n_agents", "max_cycles") if getattr(args, f) != getattr(Args, f)]:
-        if args.env_id not in MPE_SCENARIOS:  # an env given by import path takes its own keyword
-            problems.append(f"--{flag.replace('_', '-')} is for MPE scenarios; use --env-kwargs with {args.env_id}")
     if args.num_mini_batch < 1 or batch % args.num_mini_batch != 0:
         problems.append(
             f"--num-mini-batch {args.num_mini_batch} does not divide the rollout of {batch} env steps "

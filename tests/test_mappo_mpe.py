@@ -897,6 +897,17 @@ def test_flags_an_env_given_by_import_path_cannot_take_are_one_error_line(tmp_pa
     assert_one_line_error(run_script(tmp_path, *FAULT_FLAGS, *flags, check=False), message)
 
 
+@pytest.mark.parametrize("flag", [["--n-agents", "3"], ["--max-cycles", "25"], ["--max_cycles=25"]])
+def test_mpe_flags_are_refused_for_an_env_given_by_import_path_even_at_their_defaults(flag):
+    """Given at all, not only when it differs from the default: the env would not take it, whatever its value."""
+    name = flag[0].split("=")[0].replace("_", "-")
+    with pytest.raises(
+        SystemExit, match=f"^error: {name} is for MPE scenarios; use --env-kwargs with tests.faulty_env"
+    ):
+        m.parse_args(["--env-id", "tests.faulty_env", *flag])
+    assert m.parse_args([*flag]).env_id == "simple_spread_v3"  # an MPE scenario takes it
+
+
 def test_a_fault_of_the_users_env_keeps_the_last_update_and_resumes(tmp_path, run_script):
     assert_an_env_fault_keeps_the_last_update(run_script, tmp_path)
 
