@@ -962,6 +962,7 @@ class BatchedMPE:
         self.comm, self.goal = zeros(n_envs, n_agents, self.dim_c), zeros(n_envs, n_agents, dtype=torch.long)
         self.steps = torch.zeros(n_envs, dtype=torch.long)  # on the CPU (`step`)
         self.alive = torch.ones(n_envs, n_agents, dtype=torch.bool, device=device)  # no agent leaves an episode early
+        self.never = torch.zeros_like(self.alive)  # terminated (no scenario ends early), or truncated between ends
         self.generator = torch.Generator().manual_seed(seed)
 
     def action_table(self, movable: list[bool], speaks: list[bool]) -> torch.Tensor:
@@ -1006,14 +1007,13 @@ class BatchedMPE:
             raise SystemExit("error: the policy gave a continuous action that is NaN or infinite (it diverged)")
         rewards, final_obs, final_state = self.advance(actions)
         self.steps = self.steps + 1  # new tensors, not in-place updates: an earlier state_dict() stays as it was
-        truncated = self.steps >= self.max_cycles  # (n_envs,) on the CPU
-        obs, state = final_obs, final_state
-        if truncated.any():
-            self.reset_envs(truncated)
+        ended = self.steps >= self.max_cycles  # (n_envs,) on the CPU: the device hears of it only when one does
+        obs, state, truncated = final_obs, final_state, self.never
+        if ended.any():
+            self.reset_envs(ended)
             obs, state = self.observations()
-        truncated = truncated.to(self.device, non_blocking=True)[:, None].expand(-1, self.n_agents)
-        terminated = torch.zeros_like(truncated)  # these scenarios end only by truncation
-        return StepResult(obs, state, rewards, terminated, truncated, final_obs, final_state, self.alive)
+            truncated = ended.to(self.device)[:, None].expand(-1, self.n_agents)
+        return StepResult(obs, state, rewards, self.never, truncated, final_obs, final_state, self.alive)
 
     def advance(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The world one step on in mpe2's order (forces, moves and messages; rewards, observations and state)."""
