@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Learning curves and speed of the scripts, as reported in the README. Slow: run it by hand, not in CI.
 #   bash benchmark.sh ALGO speed      # SPS with 32 rollout threads next to the raw env step rate (~3 min)
-#   bash benchmark.sh ALGO spread     # simple_spread_v3 to 2M env steps with the defaults
+#   bash benchmark.sh ALGO spread     # simple_spread_v3 to 2M env steps with PRESET's settings (official here)
 #   bash benchmark.sh ALGO partial    # the same on mpe2 itself, each agent observing its nearest agent and landmark
 #   bash benchmark.sh ALGO listener   # simple_speaker_listener_v4, 2M steps, 15 epochs (MAPPO: separate actors)
 #   bash benchmark.sh ALGO reference  # simple_reference_v3, 3M steps, 15 epochs
@@ -32,7 +32,8 @@
 # 320 mpe2 episodes. The grid writes the figures, results.md (IQM, mean and optimality gap with 95% bootstrap
 # confidence intervals, by rliable) and marl_eval.json (marl-eval's layout) into bench/grid_BUDGET.
 # The same grid command again, after Ctrl-C, skips the finished runs and resumes the stopped ones from their checkpoints.
-# SEED (1) and PRESET (official; or tuned) choose the seed and the --preset of the learning runs of the other modes.
+# SEED (1) and PRESET (official, the official codes' settings the docs' single runs compare with; or tuned, the
+# scripts' own default) choose the seed and the --preset of the learning and speed runs of the other modes.
 # SMOKE=1 runs a mode on a tiny budget, as the tests do: 400 env steps a run, 2 envs of 10-step rollouts, 2 evaluation
 # episodes, timings of TIMING_SECONDS (0.05 then), sweep's first two settings, threads' one-thread rows; its tables
 # come out, their numbers meaning nothing.
@@ -226,7 +227,8 @@ stop_and_resume() {  # 600k steps of spread straight, and the same run stopped b
   stop=$(( total / 2 ))
   [ -z "${SMOKE:-}" ] || stop=100  # at the first progress line, with most of the run left to stop in
   train resume_straight --total-timesteps "$total"
-  python -u "$script" "${smoke[@]}" --exp-name "$name" --seed "$seed" --total-timesteps "$total" > "$name.log" 2>&1 &
+  python -u "$script" "${smoke[@]}" --exp-name "$name" --seed "$seed" --preset "$preset" --total-timesteps "$total" \
+    > "$name.log" 2>&1 &
   local pid=$!
   until grep -Eq "^step +$(python -c "print(f'{$stop:,}')")/" "$name.log" 2>/dev/null; do
     kill -0 "$pid" || exit 1
@@ -237,7 +239,8 @@ stop_and_resume() {  # 600k steps of spread straight, and the same run stopped b
   tail -1 "$name.log"
   local run
   run=$(ls -td runs/*__"${name}"__* | head -1)
-  python "$script" "${smoke[@]}" --exp-name "$name" --seed "$seed" --total-timesteps "$total" --resume "$run/checkpoint.pt" 2>&1 \
+  python "$script" "${smoke[@]}" --exp-name "$name" --seed "$seed" --preset "$preset" --total-timesteps "$total" \
+    --resume "$run/checkpoint.pt" 2>&1 \
     | tee -a "$name.log"
   curve "__${name}__" | tee -a "$name.log"
   python - "$(ls -td runs/*__"${algo}"_resume_straight__* | head -1)" "$run" <<'PY'
@@ -261,7 +264,8 @@ PY
 
 official_task() {  # runs the script on simple_spread_v3 changed into the official codes' MPE task, in training (the
   # batched env) and in evaluation (mpe2)
-  python - "$script" "${smoke[@]}" --exp-name "${algo}_official_task" --seed "$seed" --total-timesteps "$(steps 500000)" \
+  python - "$script" "${smoke[@]}" --exp-name "${algo}_official_task" --seed "$seed" --preset official \
+    --total-timesteps "$(steps 500000)" \
     "$@" <<'PY'
 import importlib, os, sys
 import torch
@@ -317,7 +321,7 @@ versus() {  # this script against its copy at git revision $1 (a file that git s
   for round in 1 2; do
     for run in "versus_$rev/$file" "$script"; do
       local name="${algo}_versus_$([ "$run" = "$script" ] && echo current || echo "$rev")_$round"
-      python "$run" "${smoke[@]}" --exp-name "$name" --seed "$seed" --n-rollout-threads 32 \
+      python "$run" "${smoke[@]}" --exp-name "$name" --seed "$seed" --preset "$preset" --n-rollout-threads 32 \
         --total-timesteps "$(steps 300000)" > "$name.log" 2>&1
     done
   done
@@ -348,7 +352,7 @@ devices() {  # the same command on the CPU and with --cuda (DEVICES: "cpu cuda")
     for device in ${DEVICES:-cpu cuda}; do
       for mode in $([ "$device" = cuda ] && echo "${MODES:-eager compile}" || echo eager); do
         name="${algo}_devices_${device}_${n}_${mode}"
-        timeout "${RUN_TIMEOUT:-300}" python "$script" --exp-name "$name" --n-rollout-threads "$n" \
+        timeout "${RUN_TIMEOUT:-300}" python "$script" --exp-name "$name" --preset "$preset" --n-rollout-threads "$n" \
           --total-timesteps $(( n * 25 * iterations )) --eval-interval 1000000000000 --n-training-threads "$(nproc)" \
           $([ "$device" = cuda ] && echo --cuda) $([ "$device$mode" = cudaeager ] && [ "$algo" != rnn ] && echo --no-compile) \
           >"devices/$name.log" 2>&1 \
@@ -412,6 +416,8 @@ panel_env() {  # the --env-id and --env-kwargs of panel env $1
     kaz) echo "--env-id pettingzoo.butterfly.knights_archers_zombies_v11" ;;
     pursuit) echo "--env-id pettingzoo.sisl.pursuit_v5" ;;
     halfcheetah) echo "--env-id gymnasium_robotics.mamujoco_v1 --env-kwargs scenario HalfCheetah agent_conf 2x3" ;;
+    arena) echo "--env-id tests.arena_env" ;;  # short episodes and deaths (docs/panel.md), not in the default panel
+    tutorial) echo "--env-id tests.tutorial_env:MeetEnv" ;;  # written as PettingZoo's tutorial writes an env
   esac
 }
 
@@ -710,7 +716,8 @@ case "${2:-}" in
     log="${algo}_speed.log"
     read -r steal0 total0 <<< "$(cpu_times)"
     before=$(raw_env_rate simple_spread_v3)
-    python "$script" "${smoke[@]}" --exp-name "${algo}_speed" --n-rollout-threads 32 --total-timesteps "$(steps 300000)" \
+    python "$script" "${smoke[@]}" --exp-name "${algo}_speed" --preset "$preset" --n-rollout-threads 32 \
+      --total-timesteps "$(steps 300000)" \
       --eval-interval 1000000 \
       2>&1 | tee "$log"
     after=$(raw_env_rate simple_spread_v3)

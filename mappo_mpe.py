@@ -5,9 +5,9 @@ the PPO update), then the training loop in `main()`. What follows `main()` is pl
 scenarios batched in torch for training, any PettingZoo parallel env through gymnasium's vector envs, mpe2 itself
 for evaluation), checkpoints, argument checks, logging.
 
-    python mappo_mpe.py                                   # simple_spread_v3, 3 agents
-    python mappo_mpe.py --preset tuned                    # spread with the settings tuned on mpe2
-    python mappo_mpe.py --env-id simple_speaker_listener_v4   # with the official settings of that scenario
+    python mappo_mpe.py                                   # simple_spread_v3, 3 agents, the settings tuned on mpe2
+    python mappo_mpe.py --preset official                 # the official code's settings instead
+    python mappo_mpe.py --env-id simple_speaker_listener_v4   # with the tuned settings of that scenario
     python mappo_mpe.py --env-id pettingzoo.sisl.multiwalker_v9 --async-envs   # any PettingZoo parallel env
     python mappo_mpe.py --eval-checkpoint runs/<run_name>/model.pt --capture-video
 """
@@ -26,12 +26,14 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 import gymnasium
+import imageio
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
 from torch.distributions import Categorical, Normal
+from torch.utils.tensorboard import SummaryWriter
 
 
 @dataclass
@@ -69,10 +71,10 @@ class Args:
 
     # Environment
     env_id: str = "simple_spread_v3"
-    """an MPE scenario (MPE_SCENARIOS; batched in torch), or the import path of a module with a PettingZoo
-    `parallel_env`, e.g. pettingzoo.sisl.multiwalker_v9 or mpe2.simple_spread_v3 (the scenario itself, unbatched)"""
+    """an MPE scenario (batched in torch), or the import path of a module with a PettingZoo `parallel_env` (e.g.
+    pettingzoo.sisl.multiwalker_v9, mpe2.simple_spread_v3) or of a ParallelEnv class or function: my_env:MyEnv"""
     env_kwargs: dict[str, int | float | bool | str] = dataclasses.field(default_factory=dict)
-    """envs given by import path: keyword arguments of their `parallel_env` (--env-kwargs max_cycles 300 flag False)"""
+    """envs given by import path: keyword arguments that make them (--env-kwargs max_cycles 300 flag False)"""
     async_envs: bool = False
     """envs given by import path: if toggled, each env steps in its own worker process (gymnasium's AsyncVectorEnv)"""
     n_agents: int = 3
@@ -90,8 +92,8 @@ class Args:
     """number of parallel environments"""
 
     # Algorithm
-    preset: Literal["official", "tuned"] = "official"
-    """settings per scenario (PRESETS) under the flags given: the official code's, or the best found on mpe2"""
+    preset: Literal["tuned", "official"] = "tuned"
+    """settings per scenario (PRESETS) under the flags given: the best found on mpe2, or the official code's"""
     total_timesteps: int = 2_000_000
     """total environment steps (each step of one env counts once, whatever the number of agents)"""
     episode_length: int = 25
@@ -106,8 +108,8 @@ class Args:
     """minibatches per pass; must divide episode_length * n_rollout_threads"""
     clip: float = 0.2
     """PPO clipping range of the policy ratio and of the value change"""
-    gamma: float = 0.99
-    """discount factor"""
+    gamma: float = 0.0
+    """discount factor; 0: from the env's episode limit T, clip(1 - 4 / T, 0.9, 0.99) (each preset sets its own)"""
     gae_lambda: float = 0.95
     """lambda of generalized advantage estimation"""
     ent_coef: float = 0.01
@@ -146,19 +148,20 @@ class Args:
     """environment steps between progress lines"""
 
 
+MPE_SCENARIOS = ("simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4")  # batched in torch
 # Settings per scenario that `--preset` lays over the defaults above; flags given on the command line override both.
-# "official": the official MAPPO scripts' settings (train_mpe_*.sh; the defaults are its spread settings, with 32
-# rollout threads instead of 128). "tuned": the best settings measured on mpe2 (docs/tuning.md).
+# "official": the official MAPPO scripts' settings (train_mpe_*.sh; the defaults and gamma 0.99 are its spread
+# settings, with 32 rollout threads instead of 128). "tuned": the best settings measured on mpe2 (docs/tuning.md).
 PRESETS = {
     "official": {
-        "simple_spread_v3": {},
-        "simple_speaker_listener_v4": {"ppo_epoch": 15, "separate_actors": True, "activation": "relu"},
-        "simple_reference_v3": {"ppo_epoch": 15, "activation": "relu"},
+        "simple_spread_v3": {"gamma": 0.99},
+        "simple_speaker_listener_v4": {"gamma": 0.99, "ppo_epoch": 15, "separate_actors": True, "activation": "relu"},
+        "simple_reference_v3": {"gamma": 0.99, "ppo_epoch": 15, "activation": "relu"},
     },
     "tuned": {
         "simple_spread_v3": {"gamma": 0.9, "sort_entities": True, "n_rollout_threads": 64},
-        "simple_speaker_listener_v4": {"ppo_epoch": 15, "separate_actors": True},  # tanh: same at 2M, faster before
-        "simple_reference_v3": {"ppo_epoch": 15, "activation": "relu"},
+        "simple_speaker_listener_v4": {"gamma": 0.99, "ppo_epoch": 15, "separate_actors": True},  # tanh learns faster
+        "simple_reference_v3": {"gamma": 0.99, "ppo_epoch": 15, "activation": "relu"},
     },
 }
 # With `--continuous-actions`, laid over PRESETS as well (continuous_actions.md): on spread this script learned more
@@ -513,7 +516,9 @@ def build_agent(spec: EnvSpec, args: Args, device: torch.device, compiled: bool 
 
 def main(args: Args) -> dict:
     check_args(args)
-    device = select_device(args.cuda)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+    if args.cuda and device.type == "cpu":
+        print("warning: --cuda was given but no GPU is available; running on CPU")
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.n_training_threads or max(1, os.cpu_count() // 2))  # torch's own takes every core
     torch.backends.cudnn.deterministic = args.torch_deterministic
@@ -524,8 +529,11 @@ def main(args: Args) -> dict:
     compiled = args.compile and device.type == "cuda"  # on a CPU compiling gains nothing
     check_memory(spec, args, device)
     print(f"training on {device.type}, torch threads: {torch.get_num_threads()}" + ", compiling first" * compiled)
+    if not args.gamma:  # none given: a horizon 1 / (1 - gamma) of a quarter of the env's time limit, 0.9 to 0.99
+        args = dataclasses.replace(args, gamma=round(min(max(1 - 4 / (spec.episode_limit or 400), 0.9), 0.99), 3))
+        print(f"gamma {args.gamma}, from the env's time limit: {spec.episode_limit or 'none in 400'} steps")
 
-    run_dir = f"runs/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_dir = f"runs/{args.env_id.replace(':', '.')}__{args.exp_name}__{args.seed}__{int(time.time())}"
     checkpoint, resumed_step = None, None
     if args.resume:
         checkpoint = load_checkpoint(args.resume, device)
@@ -593,7 +601,7 @@ def main(args: Args) -> dict:
                 progress.train_return = float(ended_returns.mean())
             lr = optimizer.param_groups[0]["lr"]
             log_iteration(writer, global_step, sps, seconds, lr, losses, ended_returns, spec.agents)
-            if compiled and global_step == start_step + T * n_envs:  # the first iteration compiled
+            if (first := global_step == start_step + T * n_envs) and compiled:  # the first iteration compiled
                 print(f"step {global_step:>9,} | compiled for the GPU in {sum(seconds.values()):.0f} s (once a run)")
 
             # 5. Evaluate the greedy policy, keeping the best model
@@ -608,7 +616,7 @@ def main(args: Args) -> dict:
                     if args.save_model:
                         save_checkpoint(f"{run_dir}/best_model.pt", agent, value_norm, optimizer, args, global_step)
 
-            if due(global_step, args.log_interval, T * n_envs) or last:
+            if due(global_step, args.log_interval, T * n_envs) or last or first:  # the first within seconds
                 total_steps = num_iterations * T * n_envs
                 print(progress_line(global_step, total_steps, sps, progress.train_return, progress.eval_return, losses))
 
@@ -645,7 +653,6 @@ def main(args: Args) -> dict:
 # parallel env through gymnasium's vector envs), checkpoints and resume, argument checks, logging, test mode.
 # ====================================================================================================
 
-MPE_SCENARIOS = ("simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4")  # batched in torch
 MAX_INPUTS = 4096  # numbers in an observation or state the networks take, flattened: more is an image, for a CNN
 
 
@@ -657,6 +664,7 @@ class EnvSpec(NamedTuple):
     avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's actions or action dimensions
     continuous: bool  # action vectors in the unit box [0, 1]^action_dim (zero-padded) instead of discrete actions
     has_state: bool  # the state is env.state(), flattened; else the agents' observations joined
+    episode_limit: int  # steps before a time limit ends an episode (`probe_env`); 0: none met
     entities: tuple  # groups of interchangeable entities in the observation, see `sort_entities` (spread only)
     env_id: str  # the env it was read from, and the keyword arguments that make it
     scenario: dict
@@ -674,26 +682,33 @@ def scenario_kwargs(args: Args) -> dict:
 
 
 def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
-    """The PettingZoo parallel env as its users have it: mpe2's for an MPE scenario, else the `parallel_env` of the
-    module at the import path `env_id`; one that cannot be made is one error line."""
+    """The PettingZoo parallel env: mpe2's for an MPE scenario, else what `env_id` names makes it (a module's
+    `parallel_env`, a class or a function); `render_mode` only for a video. One not made is one error line."""
     if render_mode is not None:
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # render headless
-    module = f"mpe2.{env_id}" if env_id in MPE_SCENARIOS else env_id
+    module, rendering = f"mpe2.{env_id}" if env_id in MPE_SCENARIOS else env_id, {"render_mode": render_mode}
     try:
-        env = import_path(module).parallel_env(**scenario, render_mode=render_mode)
+        maker = import_path(module)
+        if not callable(maker := getattr(maker, "parallel_env", maker)):
+            raise TypeError(f"a module without parallel_env: name the env's class or function, as {module}:NAME")
+        env = maker(**scenario, **rendering if render_mode else {})
     except Exception as e:  # a missing module or keyword, or any error of the env's own constructor
-        raise SystemExit(f"error: --env-id {env_id}: cannot make {module}.parallel_env: {e!r}") from None
+        raise SystemExit(f"error: --env-id {env_id}: cannot make an env of {module}: {e!r}") from None
     if render_mode is None and module.startswith("mpe2."):
         env.unwrapped.screen = None  # frees the 700x700 drawing surface (~2 MB) every mpe2 env holds
     return env
 
 
 def import_path(path: str):
-    """The module at the import path, or the attribute of a package that it names (gymnasium_robotics.mamujoco_v1)."""
-    package, _, name = path.rpartition(".")
-    if package and importlib.util.find_spec(path) is None:
-        return getattr(importlib.import_module(package), name)
-    return importlib.import_module(path)
+    """The module at the import path, else the attribute its last part names (`module:name` or `module.name`: a
+    package's `mamujoco_v1`, a module's class)."""
+    module, _, name = path.rpartition(":") if ":" in path else path.rpartition(".")
+    try:
+        return importlib.import_module(path)
+    except ModuleNotFoundError as e:
+        if not module or e.name != path:  # another module is missing, not the path's last part
+            raise
+    return getattr(importlib.import_module(module), name)
 
 
 def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
@@ -702,47 +717,55 @@ def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
     env = make_env(env_id, scenario)
     call_env(env_id, env, "reset", seed=0)
     agents, box = env.possible_agents, lambda s: isinstance(s, gymnasium.spaces.Box) and np.prod(s.shape) <= MAX_INPUTS
+    counts = (gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete, gymnasium.spaces.MultiBinary)  # as numbers
     obs_spaces, action_spaces = [env.observation_space(a) for a in agents], [env.action_space(a) for a in agents]
     discrete = all(isinstance(s, gymnasium.spaces.Discrete) for s in action_spaces)
     continuous = all(box(s) and len(s.shape) == 1 and np.isfinite(s.low + s.high).all() for s in action_spaces)
     unsupported = [
-        (not all(box(s) for s in obs_spaces), f"observations {set(map(str, obs_spaces))}"),
+        (not all(box(s) or isinstance(s, counts) for s in obs_spaces), f"observations {set(map(str, obs_spaces))}"),
         (not (discrete or continuous), f"actions {set(map(str, action_spaces))}"),
         (set(env.agents) != set(agents), "agents who join an episode after its start"),
     ]
     for what in [what for refused, what in unsupported if refused][:1]:
         raise SystemExit(
-            f"error: --env-id {env_id}: unsupported {what}; the networks take Box observations of at most {MAX_INPUTS} "
-            "numbers (an image wants a wrapper, e.g. SuperSuit's resize, in a module of your own for --env-id), all "
-            "Discrete or all bounded 1-D Box actions, and every agent from the start of an episode"
+            f"error: --env-id {env_id}: unsupported {what}; the networks take Box or discrete observations of at most "
+            f"{MAX_INPUTS} numbers (an image wants a wrapper, e.g. SuperSuit's resize, in a module of your own for "
+            "--env-id), all Discrete or all bounded 1-D Box actions, and every agent from the start of an episode"
         )
     obs_dim = max(int(np.prod(s.shape)) for s in obs_spaces)
     action_dims = [s.shape[0] if continuous else int(s.n) for s in action_spaces]
     avail = np.arange(max(action_dims)) < np.array(action_dims)[:, None]  # (n_agents, action_dim)
     state_space = getattr(env, "state_space", None)
-    has_state = box(state_space) and state_answers(env_id, env, action_spaces)
-    state_dim, entities = int(np.prod(state_space.shape)) if has_state else len(agents) * obs_dim, ()
+    probe = probe_env(env_id, env, action_spaces, box(state_space))  # (has_state, episode_limit)
+    state_dim, entities = int(np.prod(state_space.shape)) if probe[0] else len(agents) * obs_dim, ()
     if env_id == "simple_spread_v3":  # [vel, pos, N landmarks, N - 1 other agents, their messages], 2 numbers each
         n, others = len(agents), 4 + 2 * len(agents)
         entities = ((n, (4,)), (n - 1, (others, others + 2 * (n - 1))))
-    return EnvSpec(agents, obs_dim, len(avail[0]), state_dim, avail, continuous, has_state, entities, env_id, scenario)
+    return EnvSpec(agents, obs_dim, len(avail[0]), state_dim, avail, continuous, *probe, entities, env_id, scenario)
 
 
-def state_answers(env_id: str, env, action_spaces: list) -> bool:
-    """Whether env.state() answers from the reset on, through random steps until an agent leaves or the episode ends
-    (200 at most). multiwalker's, for one, raises once a walker fell: then the critic takes the observations joined."""
-    for _ in range(200):
-        try:
-            env.state()
+def probe_env(env_id: str, env, action_spaces: list, has_state_space: bool) -> tuple[bool, int]:
+    """Plays the env with seeded random actions (400 steps at most), calling state() where training does. Gives whether
+    it has a state (a Box state_space; state() answered) and its time limit (`max_cycles`, else measured; 0: none)."""
+    problem, truncated, length = None if has_state_space else "it has no Box state_space", False, 0
+    joint_actions = gymnasium.spaces.Tuple(action_spaces, seed=0)  # random, the same every time
+    for _ in range(400):
+        try:  # as training: at a reset, while any agent plays, after the last step of a truncated episode
+            if problem is None and (env.agents or truncated):
+                env.state()
         except Exception as e:
-            print(f"warning: --env-id {env_id}: its state() raised {e!r}; the critic takes the observations joined")
-            return False
-        if len(env.agents) < len(env.possible_agents):  # state() answered with an agent gone
+            problem = f"its state() raised {e!r}"
+        if truncated:
             break
-        env.step({a: space.sample() for a, space in zip(env.possible_agents, action_spaces) if a in env.agents})
-        if not env.agents:
-            break
-    return True
+        if not env.agents:  # the agents left (died): the next episode
+            call_env(env_id, env, "reset")
+            length = 0
+        actions = {a: x for a, x in zip(env.possible_agents, joint_actions.sample()) if a in env.agents}
+        truncated = any(call_env(env_id, env, "step", actions)[3].values()) and not env.agents
+        length += 1
+    if problem is not None:
+        print(f"warning: --env-id {env_id}: {problem}; the critic takes the observations joined")
+    return problem is None, getattr(env.unwrapped, "max_cycles", 0) or (length if truncated else 0)
 
 
 class StepResult(NamedTuple):
@@ -1097,8 +1120,6 @@ def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args: Args, writer, 
     with --capture-video the first episode also goes to the mp4 file `video` and to TensorBoard."""
     returns, frames = evaluate(agent, eval_envs, args.seed + 100_000)
     if frames is not None:
-        import imageio
-
         os.makedirs(os.path.dirname(video), exist_ok=True)
         imageio.mimwrite(video, frames, fps=10, macro_block_size=1)
         small = torch.from_numpy(frames[:, ::2, ::2]).permute(0, 3, 1, 2).unsqueeze(0)  # (1, T, 3, H/2, W/2)
@@ -1115,18 +1136,6 @@ def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Ar
     os.replace(f"{path}.tmp", path)  # atomic on POSIX and Windows
 
 
-def describe_unreadable_file(path: str) -> str:
-    """What a file that torch.load cannot read looks like, in words."""
-    with open(path, "rb") as f:
-        head = f.read(4096)
-    if not head:
-        return "is empty"
-    if head.startswith(b"PK\x03\x04"):  # torch.save writes a zip archive
-        return "starts like a torch checkpoint but is truncated or damaged"
-    text = head.decode("utf-8", errors="ignore").encode() == head  # UTF-8 throughout
-    return "is a text file" if text else "is a binary file that torch.save did not write"
-
-
 def load_checkpoint(path: str, device: torch.device) -> dict:
     """The checkpoint dict; a missing, unreadable or foreign file ends the program with a one-line error that says
     what the file is and what was expected."""
@@ -1135,9 +1144,14 @@ def load_checkpoint(path: str, device: torch.device) -> dict:
         raise SystemExit(f"error: checkpoint not found: {path}")
     try:
         checkpoint = torch.load(path, map_location=device, weights_only=True)
-    except Exception:
-        what = describe_unreadable_file(path)
-        raise SystemExit(f"error: {path} {what}; expected a {this_script} checkpoint (from --save-model)") from None
+    except Exception:  # say what the file looks like
+        with open(path, "rb") as f:
+            head = f.read(4096)
+        text = head.decode("utf-8", errors="ignore").encode() == head  # UTF-8 throughout
+        what = "is a text file" if text else "is a binary file that torch.save did not write"
+        if head.startswith(b"PK\x03\x04"):  # torch.save writes a zip archive
+            what = "starts like a torch checkpoint but is truncated or damaged"
+        raise SystemExit(f"error: {path} {what if head else 'is empty'}; expected a {this_script} checkpoint") from None
     keys = {"script", "agent", "value_norm", "optimizer", "args", "global_step"}
     if not isinstance(checkpoint, dict) or not keys <= set(checkpoint):
         raise SystemExit(f"error: {path} is a torch file but not a checkpoint of these scripts; expected {this_script}")
@@ -1298,12 +1312,6 @@ def check_memory(spec: EnvSpec, args: Args, device: torch.device):
         )
 
 
-def select_device(want_cuda: bool) -> torch.device:
-    if want_cuda and not torch.cuda.is_available():
-        print("warning: --cuda was given but no GPU is available; running on CPU")
-    return torch.device("cuda" if want_cuda and torch.cuda.is_available() else "cpu")
-
-
 class StopRequest:
     """Turns Ctrl-C (SIGINT) and SIGTERM into a request that the training loop honours at the end of an iteration
     (a second signal acts at once); an EnvError ends the block, kept in `env_error` for `main` to save and report."""
@@ -1350,8 +1358,6 @@ class EpisodeReturns:
 def start_logging(run_dir: str, args: Args, resumed_step: int | None):
     """A TensorBoard writer for `run_dir` with a table of the arguments; mirrored to wandb with --track. A resumed
     run appends to its folder (and wandb run), hiding what the stopped run logged after `resumed_step`."""
-    from torch.utils.tensorboard import SummaryWriter
-
     run_name = os.path.basename(run_dir)
     if args.track:
         import wandb
@@ -1369,17 +1375,13 @@ def start_logging(run_dir: str, args: Args, resumed_step: int | None):
 def log_iteration(writer, global_step: int, sps: int, seconds: dict, lr: float, losses: dict, episode_returns, agents):
     """Writes one iteration's scalars: `seconds` holds the wall-clock time of its rollout (acting, env steps, GAE) and
     of its update; `episode_returns` the mean per-agent returns (n_agents,) of the episodes that ended in it, if any."""
-    writer.add_scalar("charts/SPS", sps, global_step)
-    for phase, value in seconds.items():
-        writer.add_scalar(f"perf/{phase}_ms", 1000 * value, global_step)
-    writer.add_scalar("charts/learning_rate", lr, global_step)
-    for name, value in losses.items():
-        writer.add_scalar(f"losses/{name}", value, global_step)
+    scalars = {"charts/SPS": sps, "charts/learning_rate": lr} | {f"losses/{k}": v for k, v in losses.items()}
+    scalars |= {f"perf/{phase}_ms": 1000 * value for phase, value in seconds.items()}
     if episode_returns is not None:
-        writer.add_scalar("charts/episodic_return", episode_returns.mean(), global_step)
-        writer.add_scalar("charts/team_return", episode_returns.sum(), global_step)
-        for name, r in zip(agents, episode_returns):
-            writer.add_scalar(f"charts/episodic_return_{name}", r, global_step)
+        scalars |= {"charts/episodic_return": episode_returns.mean(), "charts/team_return": episode_returns.sum()}
+        scalars |= {f"charts/episodic_return_{name}": r for name, r in zip(agents, episode_returns)}
+    for tag, value in scalars.items():
+        writer.add_scalar(tag, value, global_step)
 
 
 def progress_line(global_step: int, total_steps: int, sps: int, train_return: float, eval_return: float, losses: dict):
@@ -1394,8 +1396,6 @@ def progress_line(global_step: int, total_steps: int, sps: int, train_return: fl
 def run_evaluation_only(args: Args, device: torch.device):
     """Test mode: evaluates a saved checkpoint on mpe2 with the environment and model settings it was trained with;
     with --capture-video the video goes to the training run's folder, at the model's training step."""
-    from torch.utils.tensorboard import SummaryWriter
-
     checkpoint = load_checkpoint(args.eval_checkpoint, device)
     saved = {k: v for k, v in checkpoint["args"].items() if k in {f.name for f in dataclasses.fields(Args)}}
     keep = ("eval_checkpoint", "n_eval_episodes", "capture_video", "seed", "cuda", "compile", "eval_n_agents")

@@ -56,7 +56,7 @@ def stop_script(request):
         command = [sys.executable, script, *flags]
         proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         first_line = proc.stdout.readline()
-        while first_line.startswith("training on"):  # the line that says where it trains comes first
+        while first_line.startswith(("training on", "gamma")):  # where it trains, and with which discount
             first_line = proc.stdout.readline()
         assert first_line.startswith("step"), first_line + proc.stderr.read()[-2000:]
         proc.send_signal(getattr(signal, signal_name))
@@ -205,12 +205,12 @@ def assert_bad_resumes_are_refused(run_script, cwd, module):
     torch.save({**saved, "script": other}, cwd / "other.pt")
     earlier = {k: v for k, v in saved.items() if k != "env"}
     torch.save({**earlier, "env_states": [b"pickled mpe2 env"] * 4}, cwd / "earlier.pt")
-    changed = ["--total-timesteps", "400", "--gamma", "0.9", "--ppo-epoch", "3"]
+    changed = ["--total-timesteps", "400", "--gamma", "0.95", "--ppo-epoch", "3"]
     for flags, message in [
         (["--resume", f"{run_dir}/model.pt"], "holds a model only"),
         (
             ["--resume", checkpoint, *changed],
-            "trained with other settings: --ppo-epoch (2 there, 3 here), --gamma (0.99 there, 0.9 here)",
+            "trained with other settings: --ppo-epoch (2 there, 3 here), --gamma (0.9 there, 0.95 here)",
         ),
         (["--resume", checkpoint], "is at step 200 already; give a larger --total-timesteps than 200"),
         (["--resume", str(cwd / "other.pt")], f"is a {other} checkpoint, this is {saved['script']}"),

@@ -5,7 +5,9 @@ and the episode is truncated after `max_cycles` steps. With `fail`, the env goes
 that kind (counted over the env's life, so over episodes): "construct" raises ValueError in the constructor,
 "reset", "step", "state" or "render" raise RuntimeError there, "nonfinite" returns NaN observations and rewards from
 that step on; "leave" terminates the last agent at step `at_call` of each episode, and `state()` then raises, as
-multiwalker's does once a walker fell (terminate_on_fall False). Trained with `--env-id tests.faulty_env`.
+multiwalker's does once a walker fell (terminate_on_fall False); "joined_state" joins in `state()` the observations
+of the agents still playing, as many users write it, which raises once all have left, after the last step. Trained
+with `--env-id tests.faulty_env`.
 """
 
 import numpy as np
@@ -60,7 +62,8 @@ class FaultyEnv(ParallelEnv):
     def state(self) -> np.ndarray:
         if self.goes_wrong("state") or self.fail == "leave" and len(self.agents) < len(self.possible_agents):
             raise RuntimeError("state failed on purpose")
-        return np.concatenate(list(self.observe().values()))
+        observations = self.observe()  # "joined_state": of the agents still playing, none after the last step
+        return np.concatenate([observations[a] for a in (self.agents if self.fail == "joined_state" else observations)])
 
     def render(self) -> np.ndarray:
         if self.goes_wrong("render"):

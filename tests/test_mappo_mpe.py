@@ -654,11 +654,17 @@ def test_impossible_settings_are_rejected(overrides, message):
 def test_presets_apply_under_the_flags_given(script):
     """`--preset` with `--env-id` starts from that preset's settings for that scenario (in either order and flag
     form), with `--continuous-actions` also from CONTINUOUS_PRESETS; flags given win over them, no flags give
-    the official spread settings (Args' defaults), and every preset covers every scenario and passes check_args."""
+    the tuned spread settings, `--preset official` the official ones (Args' defaults and gamma 0.99), and every preset
+    covers every scenario, sets its discount, and passes check_args."""
     module = importlib.import_module(script)
-    assert module.parse_args([]) == module.Args()
+    tuned = dataclasses.replace(module.Args(), **module.PRESETS["tuned"]["simple_spread_v3"])
+    assert module.parse_args([]) == tuned and tuned.gamma == 0.9 and module.Args().preset == "tuned"
+    assert module.parse_args(["--preset", "official"]) == dataclasses.replace(
+        module.Args(), preset="official", gamma=0.99
+    )
     for preset, scenarios in module.PRESETS.items():
         assert scenarios.keys() == set(module.MPE_SCENARIOS), preset
+        assert all(changes["gamma"] in (0.9, 0.99) for changes in scenarios.values()), preset
         for env_id, changes in scenarios.items():
             for argv in (["--preset", preset, "--env-id", env_id], [f"--env-id={env_id}", f"--preset={preset}"]):
                 args = module.parse_args(argv)
@@ -692,12 +698,14 @@ def test_every_numeric_flag_out_of_range_is_a_one_line_error(script):
     module.check_args(module.Args())  # the defaults pass
 
 
-def test_cuda_request_without_gpu_falls_back_to_cpu(capsys):
-    device = m.select_device(True)
+def test_cuda_request_without_gpu_falls_back_to_cpu(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    m.main(tiny_args(cuda=True, total_timesteps=100))
+    out = capsys.readouterr().out
     if torch.cuda.is_available():
-        assert device.type == "cuda"
+        assert "training on cuda" in out and "no GPU" not in out
     else:
-        assert device.type == "cpu" and "no GPU is available" in capsys.readouterr().out
+        assert "warning: --cuda was given but no GPU is available; running on CPU\ntraining on cpu" in out
 
 
 def test_same_seed_gives_identical_first_update(tmp_path, monkeypatch):
@@ -805,7 +813,7 @@ def test_sigterm_leaves_a_checkpoint_that_resumes(tmp_path, stop_script, run_scr
 
 
 FAULTS = {  # tests/faulty_env.py's `fail` and `at_call`, other flags, and what the error line says
-    "constructor": (["fail", "construct"], [], "cannot make tests.faulty_env.parallel_env: ValueError('n_agents must"),
+    "constructor": (["fail", "construct"], [], "cannot make an env of tests.faulty_env: ValueError('n_agents must"),
     "keyword of the wrong type": (["n_agents", "abc"], [], "TypeError(\"'str' object cannot be interpreted as an"),
     "first reset": (["fail", "reset"], [], "its reset() raised RuntimeError('reset failed on purpose')"),
     "reset after an update": (
@@ -846,10 +854,12 @@ def test_every_fault_of_the_users_env_is_one_error_line(tmp_path, run_script, kw
 
 def test_a_state_that_fails_once_an_agent_left_gives_the_critic_the_joined_observations(tmp_path, run_script, capsys):
     """multiwalker without terminate_on_fall, and tests/faulty_env.py's "leave", raise in state() once an agent left:
-    the spec falls back to the observations joined, with one warning, and a run on such an env trains to its end."""
+    the spec falls back to the observations joined, with one warning, and a run on such an env trains to its end.
+    multiwalker's falls end its episodes before its time limit of 500 steps: the probe meets none (limit 0)."""
     walkers = m.get_env_spec("pettingzoo.sisl.multiwalker_v9", {"terminate_on_fall": False})
     assert not walkers.has_state and walkers.state_dim == 3 * walkers.obs_dim
-    assert m.get_env_spec("pettingzoo.sisl.multiwalker_v9", {}).has_state  # a fall ends the episode: state() answers
+    walkers = m.get_env_spec("pettingzoo.sisl.multiwalker_v9", {})
+    assert walkers.has_state and walkers.episode_limit == 0  # a fall ends the episode: state() answers
     assert "its state() raised AttributeError(" in capsys.readouterr().out
     leaving = ["--env-kwargs", "fail", "leave", "at_call", "2"]
     assert not m.get_env_spec("tests.faulty_env", {"fail": "leave", "at_call": 2}).has_state
@@ -924,7 +934,7 @@ def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
     ]:
         assert_one_line_error(run_script(tmp_path, *flags, check=False), message)
     for flags, message in [
-        (["--env-id", "simple_tag_v3"], "--env-id simple_tag_v3: cannot make simple_tag_v3.parallel_env"),
+        (["--env-id", "simple_tag_v3"], "--env-id simple_tag_v3: cannot make an env of simple_tag_v3: ModuleNotFound"),
         (["--env-id", "mpe2.simple_spread_v3", "--env-kwargs", "M", "4"], "unexpected keyword argument 'M'"),
         (["--env-id", KAZ, "--continuous-actions"], "unexpected keyword argument 'continuous_actions'"),
         (["--env-kwargs", "N", "4"], "apply to envs given by import path"),
@@ -933,16 +943,91 @@ def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
         assert_one_line_error(run_script(tmp_path, *flags, check=False), message)
 
 
-def test_an_import_path_names_a_module_or_a_package_attribute():
-    """--env-id takes the path of a module, or of a package attribute (MaMuJoCo's `mamujoco_v1` is not a module)."""
+def test_an_import_path_names_a_module_a_package_attribute_or_a_class():
+    """--env-id takes the path of a module, of a package attribute (MaMuJoCo's `mamujoco_v1` is not a module), or of
+    a class or function in a module, as `module:name` (gymnasium's entry points) or `module.name`; a missing module
+    that the env's own module imports is named as such, not taken for a missing attribute."""
     import gymnasium_robotics
+
+    from tests.tutorial_env import MeetEnv
 
     assert m.import_path("gymnasium_robotics.mamujoco_v1") is gymnasium_robotics.mamujoco_v1
     assert m.import_path("pettingzoo.sisl.pursuit_v5").__name__ == "pettingzoo.sisl.pursuit_v5"
+    assert (
+        m.import_path("tests.tutorial_env:MeetEnv") is MeetEnv
+        and m.import_path("tests.tutorial_env.MeetEnv") is MeetEnv
+    )
     with pytest.raises(AttributeError):
         m.import_path("pettingzoo.sisl.no_such_env_v0")
-    with pytest.raises(ImportError):
+    with pytest.raises(AttributeError):
+        m.import_path("tests.tutorial_env:NoSuchEnv")
+    with pytest.raises(ImportError, match="'no_such_package'"):
         m.import_path("no_such_package.env_v0")
+
+
+def test_the_users_env_is_made_as_written_and_what_cannot_be_made_is_one_line(tmp_path, run_script):
+    """A class is made with --env-kwargs only: `render_mode` reaches the constructor only for a video, so a
+    constructor without it is one error line then; a module without `parallel_env` says how to name the env."""
+    env = m.make_env("tests.tutorial_env:MeetEnv", {})
+    assert type(env).__name__ == "MeetEnv" and env.possible_agents == ["blue", "red"]
+    with pytest.raises(SystemExit, match="unexpected keyword argument 'render_mode'"):
+        m.make_env("tests.tutorial_env:MeetEnv", {}, "rgb_array")
+    with pytest.raises(SystemExit, match=r"a module without parallel_env: .* as tests.tutorial_env:NAME"):
+        m.make_env("tests.tutorial_env", {})
+    flags = ["--env-id", "tests.tutorial_env:MeetEnv", *TINY, "--capture-video"]
+    assert_one_line_error(run_script(tmp_path, *flags, check=False), "unexpected keyword argument 'render_mode'")
+    assert not os.path.exists(tmp_path / "runs")  # refused before the run began
+
+
+def test_the_probe_reads_the_time_limit_and_calls_state_where_training_does(capsys):
+    """The start-up probe plays the env: its time limit, said by its `max_cycles` or else the length of the first
+    episode that a time limit ended (0: none within 400 steps, test_a_state_that_fails...), and state() checked where
+    training calls it, after a truncated episode's last step too: a state() built from the agents still playing
+    raises there (faulty_env's "joined_state"), one without a Box state_space is not used; each a warning line."""
+    assert (m.get_env_spec("tests.faulty_env", {"max_cycles": 100}).episode_limit, capsys.readouterr().out) == (100, "")
+    assert m.get_env_spec("tests.arena_env", {}).episode_limit == 40
+    assert m.get_env_spec("tests.faulty_env", {"max_cycles": 1000}).episode_limit == 1000  # beyond the probe's steps
+    joined = m.get_env_spec("tests.faulty_env", {"fail": "joined_state"})
+    assert not joined.has_state and joined.episode_limit == 5 and joined.state_dim == 2 * joined.obs_dim
+    tutorial = m.get_env_spec("tests.tutorial_env:MeetEnv", {})
+    assert (tutorial.has_state, tutorial.episode_limit, tutorial.obs_dim, tutorial.state_dim) == (False, 30, 4, 8)
+    assert capsys.readouterr().out.splitlines() == [
+        "warning: --env-id tests.arena_env: it has no Box state_space; the critic takes the observations joined",
+        "warning: --env-id tests.faulty_env: its state() raised ValueError('need at least one array to concatenate'); "
+        "the critic takes the observations joined",
+        "warning: --env-id tests.tutorial_env:MeetEnv: it has no Box state_space; the critic takes the observations "
+        "joined",
+    ]
+    with pytest.raises(m.EnvError, match=r"^--env-id tests.faulty_env: its step\(\) raised RuntimeError"):
+        m.get_env_spec("tests.faulty_env", {"fail": "step"})  # the probe's step too: one error line (`__main__`)
+
+
+@pytest.mark.parametrize(
+    "limit, gamma", [(5, 0.9), (25, 0.9), (40, 0.9), (50, 0.92), (100, 0.96), (200, 0.98), (400, 0.99), (0, 0.99)]
+)
+def test_without_gamma_given_the_discount_follows_the_time_limit(limit, gamma, monkeypatch, capsys):
+    """clip(1 - 4 / T, 0.9, 0.99), T the env's time limit (0: none met, 0.99), said in one line; a --gamma given is
+    kept and nothing is said. Read where the run would check a resume, so that nothing trains."""
+
+    class Checked(Exception):
+        pass
+
+    def check_resume(args, checkpoint):
+        raise Checked(args.gamma)
+
+    spec = env_spec()._replace(episode_limit=limit)
+    for name, value in dict(
+        get_env_spec=lambda *_: spec, load_checkpoint=lambda *_: {}, check_resume=check_resume
+    ).items():
+        monkeypatch.setattr(m, name, value)
+    for given, expected in ((0.0, gamma), (0.5, 0.5)):
+        with pytest.raises(Checked) as chosen:
+            m.main(tiny_args(gamma=given, resume="checkpoint.pt"))
+        said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("gamma")]
+        assert chosen.value.args == (expected,)
+        assert said == (
+            [f"gamma {gamma}, from the env's time limit: {limit or 'none in 400'} steps"] if not given else []
+        )
 
 
 def test_observations_and_state_of_several_dimensions_are_taken_flattened():
@@ -991,6 +1076,15 @@ def test_the_progress_line_shows_the_latest_episodes_that_ended(tmp_path, run_sc
     lines = [line for line in result.stdout.splitlines() if line.startswith("step")]
     returns = [line.split("episodic_return")[1].split("|")[0].strip() for line in lines]
     assert len(returns) == 3 and returns[0] == "nan" and returns[1] != "nan" and returns[2] == returns[1]
+
+
+def test_the_first_progress_line_comes_after_the_first_iteration(tmp_path, monkeypatch, capsys):
+    """On a slow env the first --log-interval can be minutes away: a line after the first iteration says the run is
+    under way (then every interval, and at the end)."""
+    monkeypatch.chdir(tmp_path)
+    m.main(tiny_args(total_timesteps=400, log_interval=300))
+    steps = [line.split("/")[0].split()[-1] for line in capsys.readouterr().out.splitlines() if line.startswith("step")]
+    assert steps == ["100", "300", "400"]
 
 
 def test_by_default_evaluations_wait_for_their_interval_and_thirty_iterations(tmp_path, monkeypatch):

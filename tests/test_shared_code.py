@@ -6,6 +6,7 @@ copy and not in the others fails here."""
 import importlib.util
 import inspect
 import os
+import subprocess
 import sys
 
 import pytest
@@ -14,6 +15,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+CAPTURE = dict(capture_output=True, text=True, timeout=300, env={**os.environ, "SDL_VIDEODRIVER": "dummy"})
 SCRIPTS = ["mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"]
 ALL = frozenset(SCRIPTS)
 
@@ -116,3 +118,25 @@ def test_compile_traces_every_entry_point_and_the_env_step_whole(script, entry_p
     finally:
         torch._dynamo.reset()
     assert compiled == [("advance", None)] + [(name, "reduce-overhead") for name in entry_points]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_an_env_written_as_the_pettingzoo_tutorial_trains_on_the_first_try(script, tmp_path):
+    """tests/tutorial_env.py (a ParallelEnv class and no `parallel_env`, no `render_mode`, MultiDiscrete observations,
+    no state) named as `module:Class`, with no other flag: the run says that its critic takes the observations joined
+    and which discount it took and why (30-step episodes: 0.9), trains to its end and saves that discount; the run
+    folder names the env with a dot, as a path can."""
+    flags = ["--env-id", "tests.tutorial_env:MeetEnv", "--total-timesteps", "240", "--n-rollout-threads", "4"]
+    flags += ["--episode-length", "30", "--n-eval-episodes", "2", "--ppo-epoch", "1"]
+    run = subprocess.run([sys.executable, os.path.join(ROOT, f"{script}.py"), *flags], cwd=tmp_path, **CAPTURE)
+    assert run.returncode == 0 and run.stderr == "", run.stderr[-3000:]
+    lines = run.stdout.splitlines()
+    assert lines[0] == (
+        "warning: --env-id tests.tutorial_env:MeetEnv: it has no Box state_space; the critic takes the observations "
+        "joined"
+    )
+    assert lines[1].startswith("training on cpu") and lines[2] == "gamma 0.9, from the env's time limit: 30 steps"
+    (run_name,) = os.listdir(tmp_path / "runs")
+    assert run_name.startswith(f"tests.tutorial_env.MeetEnv__{script}__1__") and lines[-1].startswith("run in runs/")
+    checkpoint = torch.load(tmp_path / "runs" / run_name / "checkpoint.pt", weights_only=False)
+    assert checkpoint["global_step"] == 240 and checkpoint["args"]["gamma"] == 0.9
