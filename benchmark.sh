@@ -47,7 +47,8 @@ cd "$here/bench"
 export SDL_VIDEODRIVER=dummy
 seed="${SEED:-1}"
 preset="${PRESET:-official}"
-smoke=()  # flags every learning run gets first, so that a mode's own flags win over them
+smoke=()  # flags every learning run gets first, so that a mode's own flags win over them; written
+# ${smoke[@]+"${smoke[@]}"}, which bash before 4.4 (macOS's 3.2) expands when empty under `set -u`
 if [ -n "${SMOKE:-}" ]; then
   smoke=(--total-timesteps 400 --n-rollout-threads 2 --episode-length 10 --n-eval-episodes 2 --eval-interval 100)
   smoke+=(--log-interval 100)
@@ -142,7 +143,7 @@ PY
 train() {  # name, flags...: one run, logged to bench/ALGO_NAME[_PRESET]_seedSEED.log
   local name="${algo}_$1"; shift
   [ "$preset" = official ] || name+="_$preset"
-  python "$script" "${smoke[@]}" --exp-name "$name" --seed "$seed" --preset "$preset" "$@" 2>&1 | tee "${name}_seed$seed.log"
+  python "$script" ${smoke[@]+"${smoke[@]}"} --exp-name "$name" --seed "$seed" --preset "$preset" "$@" 2>&1 | tee "${name}_seed$seed.log"
   curve "__${name}__${seed}__" | tee -a "${name}_seed$seed.log"
 }
 
@@ -227,7 +228,7 @@ stop_and_resume() {  # 600k steps of spread straight, and the same run stopped b
   stop=$(( total / 2 ))
   [ -z "${SMOKE:-}" ] || stop=100  # at the first progress line, with most of the run left to stop in
   train resume_straight --total-timesteps "$total"
-  python -u "$script" "${smoke[@]}" --exp-name "$name" --seed "$seed" --preset "$preset" --total-timesteps "$total" \
+  python -u "$script" ${smoke[@]+"${smoke[@]}"} --exp-name "$name" --seed "$seed" --preset "$preset" --total-timesteps "$total" \
     > "$name.log" 2>&1 &
   local pid=$!
   until grep -Eq "^step +$(python -c "print(f'{$stop:,}')")/" "$name.log" 2>/dev/null; do
@@ -239,7 +240,7 @@ stop_and_resume() {  # 600k steps of spread straight, and the same run stopped b
   tail -1 "$name.log"
   local run
   run=$(ls -td runs/*__"${name}"__* | head -1)
-  python "$script" "${smoke[@]}" --exp-name "$name" --seed "$seed" --preset "$preset" --total-timesteps "$total" \
+  python "$script" ${smoke[@]+"${smoke[@]}"} --exp-name "$name" --seed "$seed" --preset "$preset" --total-timesteps "$total" \
     --resume "$run/checkpoint.pt" 2>&1 \
     | tee -a "$name.log"
   curve "__${name}__" | tee -a "$name.log"
@@ -264,7 +265,7 @@ PY
 
 official_task() {  # runs the script on simple_spread_v3 changed into the official codes' MPE task, in training (the
   # batched env) and in evaluation (mpe2)
-  python - "$script" "${smoke[@]}" --exp-name "${algo}_official_task" --seed "$seed" --preset official \
+  python - "$script" ${smoke[@]+"${smoke[@]}"} --exp-name "${algo}_official_task" --seed "$seed" --preset official \
     --total-timesteps "$(steps 500000)" \
     "$@" <<'PY'
 import importlib, os, sys
@@ -321,7 +322,7 @@ versus() {  # this script against its copy at git revision $1 (a file that git s
   for round in 1 2; do
     for run in "versus_$rev/$file" "$script"; do
       local name="${algo}_versus_$([ "$run" = "$script" ] && echo current || echo "$rev")_$round"
-      python "$run" "${smoke[@]}" --exp-name "$name" --seed "$seed" --preset "$preset" --n-rollout-threads 32 \
+      python "$run" ${smoke[@]+"${smoke[@]}"} --exp-name "$name" --seed "$seed" --preset "$preset" --n-rollout-threads 32 \
         --total-timesteps "$(steps 300000)" > "$name.log" 2>&1
     done
   done
@@ -352,8 +353,9 @@ devices() {  # the same command on the CPU and with --cuda (DEVICES: "cpu cuda")
     for device in ${DEVICES:-cpu cuda}; do
       for mode in $([ "$device" = cuda ] && echo "${MODES:-eager compile}" || echo eager); do
         name="${algo}_devices_${device}_${n}_${mode}"
-        timeout "${RUN_TIMEOUT:-300}" python "$script" --exp-name "$name" --preset "$preset" --n-rollout-threads "$n" \
-          --total-timesteps $(( n * 25 * iterations )) --eval-interval 1000000000000 --n-training-threads "$(nproc)" \
+        timeout "${RUN_TIMEOUT:-300}" python "$script" ${smoke[@]+"${smoke[@]}"} --exp-name "$name" --preset "$preset" \
+          --n-rollout-threads "$n" --total-timesteps "$(steps $(( n * 25 * iterations )))" \
+          --eval-interval 1000000000000 --n-training-threads "$(nproc)" \
           $([ "$device" = cuda ] && echo --cuda) $([ "$device$mode" = cudaeager ] && [ "$algo" != rnn ] && echo --no-compile) \
           >"devices/$name.log" 2>&1 \
           || echo "$name failed: $(tail -1 "devices/$name.log")"
@@ -367,8 +369,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 algo = sys.argv[1]
 gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
 print(f"{algo}: {gpu}, {os.cpu_count()} CPU cores (a torch thread each), torch {torch.__version__}")
-print("| device | threads | compile | SPS | steady SPS | rollout ms | update ms |")
-print("|---|---|---|---|---|---|---|")
+print("| device | threads | compile | env steps | SPS | steady SPS | rollout ms | update ms |")
+print("|---|---|---|---|---|---|---|---|")
 for run in sorted(glob.glob(f"runs/*__{algo}_devices_*"), key=os.path.getmtime):
     _, device, n, mode = run.split("__")[1].rsplit("_", 3)
     events = EventAccumulator(run, size_guidance={"scalars": 0})
@@ -377,8 +379,8 @@ for run in sorted(glob.glob(f"runs/*__{algo}_devices_*"), key=os.path.getmtime):
         continue
     later = lambda tag: [e.value for e in events.Scalars(tag)][len(events.Scalars(tag)) // 3 :]  # noqa: E731
     rollout, update = statistics.median(later("perf/rollout_ms")), statistics.median(later("perf/update_ms"))
-    sps, steady = events.Scalars("charts/SPS")[-1].value, int(n) * 25 / (rollout + update) * 1000
-    print(f"| {device} | {n} | {mode} | {sps:,.0f} | {steady:,.0f} | {rollout:.1f} | {update:.1f} |")
+    (last,), steady = events.Scalars("charts/SPS")[-1:], int(n) * 25 / (rollout + update) * 1000
+    print(f"| {device} | {n} | {mode} | {last.step:,} | {last.value:,.0f} | {steady:,.0f} | {rollout:.1f} | {update:.1f} |")
 PY
 }
 
@@ -395,7 +397,7 @@ threads() {  # SPS of one run alone and of two side by side, with --n-training-t
     [ "$path" = generic ] && flags=(--env-id mpe2.simple_spread_v3 --total-timesteps "$(steps 19200)")
     for threads in 1 $([ -n "${SMOKE:-}" ] || nproc); do
       for k in 0 1 2; do  # run 0 alone, then runs 1 and 2 side by side
-        python "$script" "${smoke[@]}" "${flags[@]}" --n-training-threads "$threads" --eval-interval 1000000000 \
+        python "$script" ${smoke[@]+"${smoke[@]}"} "${flags[@]}" --n-training-threads "$threads" --eval-interval 1000000000 \
           --exp-name "${algo}_threads" > "threads/${path}_${threads}_$k.log" 2>&1 &
         [ "$k" = 1 ] || wait
       done
@@ -434,7 +436,7 @@ panel() {  # PANEL ("spread multiwalker kaz pursuit halfcheetah") x SCRIPTS ("ma
         run="panel_${env}_${name}_$s"
         grep -q "^run in " "logs/$run.log" 2>/dev/null && continue
         while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
-        python "$here/$(script_of "$name")" "${smoke[@]}" $(panel_env "$env") --seed "$s" \
+        python "$here/$(script_of "$name")" ${smoke[@]+"${smoke[@]}"} $(panel_env "$env") --seed "$s" \
           --total-timesteps "$(steps "${BUDGET:-500000}")" \
           --exp-name "$run" > "logs/$run.log" 2>&1 &
       done
@@ -499,7 +501,7 @@ scaling() {  # spread with --preset tuned at each team size of N_AGENTS, 2M env 
     grep -q "^run in " "logs/$run.log" 2>/dev/null && continue
     rm -rf "runs/${run}__"*  # an unfinished earlier try
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
-    python "$here/$name.py" "${smoke[@]}" --preset tuned --n-agents "$n" --seed "$seed" --exp-name "${name}_n$n" \
+    python "$here/$name.py" ${smoke[@]+"${smoke[@]}"} --preset tuned --n-agents "$n" --seed "$seed" --exp-name "${name}_n$n" \
       > "logs/$run.log" 2>&1 &
   done
   wait
@@ -716,7 +718,7 @@ case "${2:-}" in
     log="${algo}_speed.log"
     read -r steal0 total0 <<< "$(cpu_times)"
     before=$(raw_env_rate simple_spread_v3)
-    python "$script" "${smoke[@]}" --exp-name "${algo}_speed" --preset "$preset" --n-rollout-threads 32 \
+    python "$script" ${smoke[@]+"${smoke[@]}"} --exp-name "${algo}_speed" --preset "$preset" --n-rollout-threads 32 \
       --total-timesteps "$(steps 300000)" \
       --eval-interval 1000000 \
       2>&1 | tee "$log"

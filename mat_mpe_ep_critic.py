@@ -90,8 +90,7 @@ class Args:
     max_cycles: int = 25
     """MPE scenarios: steps before an episode is truncated"""
     continuous_actions: bool = False
-    """if toggled, agents take Box(0, 1) action vectors (a Gaussian policy) instead of discrete actions (any env:
-    its parallel_env gets continuous_actions=True)"""
+    """if toggled, Box(0, 1) actions from a Gaussian policy (an env by import path gets continuous_actions=True)"""
     n_rollout_threads: int = 32
     """number of parallel environments"""
 
@@ -551,8 +550,7 @@ def compute_gae(buffer: RolloutBuffer, gamma: float, gae_lambda: float) -> tuple
     next_values = torch.where(truncated, buffer.final_values, values[1:]) * ~terminated
     deltas = rewards + gamma * next_values - values[:-1]
     episode_continues = ~(terminated | truncated)
-    advantages = torch.zeros_like(rewards)
-    gae = torch.zeros_like(rewards[0])
+    advantages, gae = torch.zeros_like(rewards), torch.zeros_like(rewards[0])
     for t in reversed(range(rewards.shape[0])):
         gae = deltas[t] + gamma * gae_lambda * gae * episode_continues[t]
         advantages[t] = gae
@@ -745,10 +743,10 @@ def main(args: Args) -> dict:
 
             # 5. Evaluate the greedy policy, keeping the best model
             last = iteration == num_iterations
-            if due(global_step, args.eval_interval or max(50_000, apart), T * n_envs) or last:
+            if due(global_step, args.eval_interval or max(50_000, apart), global_step - progress.eval_step) or last:
                 video = f"videos/{run_name}/eval_{global_step}.mp4"
                 returns = evaluate_and_record(agent, eval_envs, args, writer, global_step, video)
-                progress.eval_return = float(returns.mean())
+                progress.eval_return, progress.eval_step = float(returns.mean()), global_step
                 writer.add_scalar("eval/episodic_return", progress.eval_return, global_step)
                 if progress.eval_return > progress.best_eval:
                     progress.best_eval = progress.eval_return
@@ -770,7 +768,7 @@ def main(args: Args) -> dict:
             save_checkpoint(f"{run_dir}/model.pt", agent, value_norm, optimizer, args, global_step)
     if stop.env_error is not None:  # the user's env failed: keep the last completed update, as a stop does
         line = f"error: {stop.env_error} at env step {progress.global_step:,}"
-        if progress.iteration > 0:
+        if progress.iteration * T * n_envs > (resumed_step or 0):  # an update of this process's: keep it
             global_step = progress.global_step = progress.iteration * T * n_envs  # where the last update left it
             training = training_state(progress, envs, episode_returns)
             save_checkpoint(f"{run_dir}/checkpoint.pt", agent, value_norm, optimizer, args, global_step, **training)
@@ -1125,11 +1123,11 @@ class EnvError(Exception):
 
 
 def call_env(env_id: str, env, method: str, *args, **kwargs):
-    """env.method(*args, **kwargs); an exception of the user's env becomes an EnvError that names the env and call."""
+    """env.method(*args, **kwargs); an exception of the env (or caused by what it returned): an EnvError naming both."""
     try:
         return getattr(env, method)(*args, **kwargs)
     except Exception as e:
-        raise EnvError(f"--env-id {env_id}: its {method}() raised {e!r}") from None
+        raise e if isinstance(e, EnvError) else EnvError(f"--env-id {env_id}: its {method}() raised {e!r}") from None
 
 
 class PettingZooEnv(gymnasium.Env):
@@ -1209,18 +1207,19 @@ class PettingZooVecEnv:
         render = lambda k: "rgb_array" if render_first and k == 0 else None  # noqa: E731
         makers = [functools.partial(PettingZooEnv, spec, render(k)) for k in range(n_envs)]
         self.envs = (gymnasium.vector.AsyncVectorEnv if async_envs else gymnasium.vector.SyncVectorEnv)(makers)
-        gymnasium.logger.min_level = gymnasium.logger.ERROR + 1  # a worker's EnvError is raised here: no traceback log
+        if async_envs:  # a worker's exception is raised here, as one error line: not logged by gymnasium first
+            gymnasium.logger.min_level = gymnasium.logger.ERROR + 1
         self.spec, self.n_envs, self.seed, self.device, self.steps = spec, n_envs, seed, device, 0
 
     def reset(self, seed: int | None = None):
-        obs, info = self.envs.reset(seed=self.seed if seed is None else seed)
+        obs, info = call_env(self.spec.env_id, self.envs, "reset", seed=self.seed if seed is None else seed)
         self.current = self.tensors("reset", obs, info["state"], info["alive"])
 
     def observe(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.current
 
     def step(self, actions: torch.Tensor) -> StepResult:
-        obs, _, _, _, info = self.envs.step(actions.cpu().numpy())
+        obs, _, _, _, info = call_env(self.spec.env_id, self.envs, "step", actions.cpu().numpy())
         self.steps += 1
         self.current = self.tensors("step", obs, info["state"], info["alive"])
         rest = self.tensors("step", *map(info.get, ("rewards", "terminated", "truncated", "last_obs", "last_state")))
@@ -1347,12 +1346,13 @@ class Progress:
     global_step: int
     best_eval: float = -np.inf
     eval_return: float = float("nan")  # the latest evaluation's
+    eval_step: int = 0  # where it was: one that an env fault stopped is due again after a resume
     train_return: float = float("nan")  # the mean return of the latest episodes that ended
 
 
-def due(step: int, interval: int, iteration_steps: int) -> bool:
-    """Whether an event every `interval` env steps is due after the iteration that ended at `step`: it passed one."""
-    return step // interval > (step - iteration_steps) // interval
+def due(step: int, interval: int, since: int) -> bool:
+    """Whether an event every `interval` env steps is due at `step`: one fell in the last `since` steps."""
+    return step // interval > (step - since) // interval
 
 
 def training_state(progress: Progress, envs: VecEnv, episode_returns: EpisodeReturns) -> dict:
@@ -1547,7 +1547,8 @@ def run_evaluation_only(args: Args, device: torch.device):
     agent, value_norm, optimizer = build_agent(envs.spec, args, device)
     if args.eval_n_agents:  # maybe another team size: what fits it (the policy, whose input does not depend on N)
         own = agent.state_dict()
-        agent.load_state_dict({k: v for k, v in checkpoint["agent"].items() if v.shape == own[k].shape}, strict=False)
+        agent.load_state_dict(fits := {k: v for k, v in checkpoint["agent"].items() if v.shape == own[k].shape}, False)
+        print(f"--eval-n-agents: loaded all but {sorted(own.keys() - fits.keys())} (their size depends on N)")
     else:
         restore(checkpoint, agent, value_norm, optimizer, args.eval_checkpoint)
     run_dir, step = os.path.dirname(os.path.abspath(args.eval_checkpoint)), checkpoint["global_step"]
@@ -1558,9 +1559,8 @@ def run_evaluation_only(args: Args, device: torch.device):
     print(
         f"{args.eval_checkpoint} (trained {step} steps on {args.env_id}): eval episodic_return "
         f"{returns.mean():.3f} +- {returns.mean(axis=1).std():.3f} over {len(returns)} episodes; {per_agent}"
+        + (f"\nvideo written to {video}" if video else "")
     )
-    if video:
-        print(f"video written to {video}")
     return returns
 
 

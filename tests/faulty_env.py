@@ -4,10 +4,12 @@ Two agents observe (their index, the step) and act with one of 3 discrete action
 and the episode is truncated after `max_cycles` steps. With `fail`, the env goes wrong at its `at_call`-th call of
 that kind (counted over the env's life, so over episodes): "construct" raises ValueError in the constructor,
 "reset", "step", "state" or "render" raise RuntimeError there, "nonfinite" returns NaN observations and rewards from
-that step on; "leave" terminates the last agent at step `at_call` of each episode, and `state()` then raises, as
-multiwalker's does once a walker fell (terminate_on_fall False); "joined_state" joins in `state()` the observations
-of the agents still playing, as many users write it, which raises once all have left, after the last step. Trained
-with `--env-id tests.faulty_env`.
+that step on, "wide" observations of 3 numbers where its space says 2 (until the next reset); "reseed" raises in a
+reset given a seed from `at_call` to 99,999, as a resumed run's envs get (the evaluation envs' are above); "leave"
+terminates the last agent at step `at_call` of each episode, and `state()` then raises, as multiwalker's does once
+a walker fell (terminate_on_fall False); "joined_state" joins in `state()` the observations of the agents still
+playing, as many users write it, which raises once all have left, after the last step. Trained with `--env-id
+tests.faulty_env`.
 """
 
 import numpy as np
@@ -39,16 +41,19 @@ class FaultyEnv(ParallelEnv):
 
     def observe(self) -> dict:
         value = np.nan if self.nonfinite else self.t
-        return {a: np.array([i, value], dtype=np.float32) for i, a in enumerate(self.possible_agents)}
+        return {
+            a: np.array([i, value, 0][: 2 + self.wide], dtype=np.float32) for i, a in enumerate(self.possible_agents)
+        }
 
     def reset(self, seed=None, options=None):
-        if self.goes_wrong("reset"):
+        if self.goes_wrong("reset") or self.fail == "reseed" and seed is not None and self.at_call <= seed < 100_000:
             raise RuntimeError("reset failed on purpose")
-        self.agents, self.t, self.nonfinite = list(self.possible_agents), 0, False
+        self.agents, self.t, self.nonfinite, self.wide = list(self.possible_agents), 0, False, False
         return self.observe(), {a: {} for a in self.agents}
 
     def step(self, actions: dict):
         self.nonfinite = self.nonfinite or self.goes_wrong("step", "nonfinite")
+        self.wide = self.fail == "wide" and self.calls["step"] >= self.at_call
         if self.fail == "step" and self.calls["step"] >= self.at_call:
             raise RuntimeError("step failed on purpose")
         self.t += 1

@@ -7,6 +7,7 @@ import sys
 import typing
 from types import SimpleNamespace
 
+import gymnasium
 import numpy as np
 import pytest
 import torch
@@ -190,6 +191,14 @@ def test_a_nearest_k_policy_plays_another_team_size_in_test_mode(tmp_path, run_s
     model = f"runs/{run_name}/model.pt"
     result = run_script(tmp_path, "--eval-checkpoint", model, "--eval-n-agents", "6", "--n-eval-episodes", "2")
     assert "over 2 episodes; agent_0 " in result.stdout and "agent_5 " in result.stdout
+    unloaded = eval(result.stdout.split("loaded all but ")[1].split(" (their size")[0])  # a list of names
+    spec_made = {"agent_ids", "avail_actions"}  # buffers the model makes from the spec of N agents
+    assert unloaded and all(
+        name.startswith("critic.") or name in spec_made for name in unloaded
+    )  # the critic: N's state
+    at_four = run_script(tmp_path, "--eval-checkpoint", model, "--eval-n-agents", "4", "--n-eval-episodes", "2")
+    played = run_script(tmp_path, "--eval-checkpoint", model, "--n-eval-episodes", "2")  # the trained model, whole
+    assert "loaded all but []" in at_four.stdout and at_four.stdout.splitlines()[-1] == played.stdout.splitlines()[-1]
     assert_one_line_error(run_script(tmp_path, *TINY, "--eval-n-agents", "6", check=False), "is for test mode")
     assert_one_line_error(run_script(tmp_path, *TINY, "--nearest-k", "2", check=False), "--no-use-agent-id")
 
@@ -827,6 +836,11 @@ FAULTS = {  # tests/faulty_env.py's `fail` and `at_call`, other flags, and what 
         "its state() raised RuntimeError('state failed on purpose') at env step 64",
     ),
     "NaN": (["fail", "nonfinite", "at_call", "30"], [], "its step() returned a NaN or infinity at env step 58"),
+    "an observation of the wrong size": (
+        ["fail", "wide", "at_call", "30"],
+        [],
+        "raised ValueError('could not broadcast input array from shape (3,) into shape (2,)') at env step 58",
+    ),
     "rendering": (
         ["fail", "render", "at_call", "3"],
         ["--capture-video", "--eval-interval", "20"],
@@ -850,6 +864,43 @@ def test_every_fault_of_the_users_env_is_one_error_line(tmp_path, run_script, kw
     runs = os.listdir(tmp_path / "runs") if os.path.exists(tmp_path / "runs") else []
     kept = [torch.load(tmp_path / "runs" / run / "checkpoint.pt", weights_only=False)["global_step"] for run in runs]
     assert kept == ([int(message.split("at env step ")[1]) // 20 * 20] if "at env step" in message else [])
+
+
+def test_a_failed_resume_leaves_its_checkpoint_as_it_was(tmp_path, run_script):
+    """An env that fails at the resumed run's first reset (faulty_env's "reseed": seeds from 10 on, as a resumed
+    run's envs get): one error line, and the checkpoint byte for byte as it was, its generators among it."""
+    flags = [*FAULT_FLAGS, "--env-kwargs", "fail", "reseed", "at_call", "10"]
+    run_script(tmp_path, *flags)
+    (run_name,) = os.listdir(tmp_path / "runs")
+    checkpoint = tmp_path / "runs" / run_name / "checkpoint.pt"
+    saved = checkpoint.read_bytes()
+    resumed = run_script(tmp_path, *flags, "--total-timesteps", "800", "--resume", str(checkpoint), check=False)
+    assert_one_line_error(resumed, "its reset() raised RuntimeError('reset failed on purpose') at env step 400")
+    assert checkpoint.read_bytes() == saved
+
+
+def test_an_evaluation_an_env_fault_stopped_is_not_skipped_after_the_resume(tmp_path, run_script):
+    """Evaluations every 40 env steps, iterations of 20: the env fails rendering in the first one (step 40) and the
+    run keeps that update; resumed, the run evaluates after its first iteration, at step 60, as the missed one is due
+    (and fails again, at the resumed process's third render), not at the next multiple of 40."""
+    flags = [*FAULT_FLAGS, "--env-kwargs", "fail", "render", "at_call", "3", "--capture-video", "--eval-interval", "40"]
+    message = "its render() raised RuntimeError('render failed on purpose') at env step "
+    assert_one_line_error(run_script(tmp_path, *flags, check=False), message + "40")
+    (run_name,) = os.listdir(tmp_path / "runs")
+    checkpoint = tmp_path / "runs" / run_name / "checkpoint.pt"
+    assert torch.load(checkpoint, weights_only=False)["progress"]["eval_step"] == 0
+    assert_one_line_error(run_script(tmp_path, *flags, "--resume", str(checkpoint), check=False), message + "60")
+
+
+def test_gymnasium_warnings_are_silenced_only_for_worker_processes(monkeypatch):
+    """AsyncVectorEnv logs a worker's exception before it is raised as the run's one error line: only then is
+    gymnasium's logger quieted; the evaluation envs and a run without --async-envs leave it as it was."""
+    monkeypatch.setattr(gymnasium.logger, "min_level", gymnasium.logger.WARN)
+    spec = m.get_env_spec("tests.faulty_env", {})
+    m.PettingZooVecEnv(spec, 2, 0, CPU, async_envs=False, render_first=True)
+    assert gymnasium.logger.min_level == gymnasium.logger.WARN
+    m.PettingZooVecEnv(spec, 1, 0, CPU, async_envs=True).envs.close()
+    assert gymnasium.logger.min_level == gymnasium.logger.ERROR + 1
 
 
 def test_a_state_that_fails_once_an_agent_left_gives_the_critic_the_joined_observations(tmp_path, run_script, capsys):

@@ -13,6 +13,7 @@ SCRIPT = "mappo_mpe_rnn.py"  # run end to end by the run_script fixture (conftes
 
 from conftest import (  # noqa: E402
     GENERIC_ENVS,
+    NEAREST_3_COLUMNS,
     TINY,
     assert_an_env_fault_keeps_the_last_update,
     assert_bad_resumes_are_refused,
@@ -377,5 +378,5 @@ def test_nearest_k_gives_the_actor_one_input_size_at_any_team_size(n_agents):
     agent = m.Agent(spec, m.Args(n_agents=n_agents, nearest_k=3, use_agent_id=False))
     obs = torch.randn(4, n_agents, spec.obs_dim)
     padded = torch.nn.functional.pad(m.sort_entities(obs, spec.entities), (0, 1))
-    torch.testing.assert_close(agent.actor_input(obs), padded[..., m.nearest_columns(spec, 3)], rtol=0, atol=0)
+    torch.testing.assert_close(agent.actor_input(obs), padded[..., NEAREST_3_COLUMNS[n_agents]], rtol=0, atol=0)
     assert agent.actor_input(obs).shape[-1] == 18
