@@ -6,18 +6,19 @@ mpe2 itself: the yardsticks that the benchmark's plots and tables draw next to t
 - scripted: at every step an optimal assignment of agents to landmarks (`scipy.optimize.linear_sum_assignment` on
   their distances, so that no two agents head for the same landmark); each agent then takes the move that brings
   it closest to its landmark two steps ahead, the first position its action reaches (mpe2 moves an agent with its
-  velocity before the force changes it).
+  velocity before the force changes it), with mpe2's soft contact force of the agents it touches now in that step.
 
-- planner (spread): the scripted assignment; then agent by agent, every sequence of 4 moves is tried (625), and
-  the first move is taken of the one whose positions, and the point where the agent comes to rest after it, lie
-  nearest its landmark, with a penalty of 4/N for each step at which it would overlap another agent's planned path
-  (the plans already made this step; the others' drift without force). The strongest yardstick at large N.
+- planner (spread): the scripted assignment; every agent's 625 sequences of 4 moves are rolled out (the contact
+  force of now in the first), each costing the distances to its landmark at the 4 positions its moves reach (steps
+  2 to 5) and at the point where it then comes to rest. Every agent first takes its own best plan; then two rounds
+  of best responses, agent by agent, add a penalty of 4/N for each of those steps at which the plan would overlap
+  another agent's current plan. The first move of each plan is taken. The strongest yardstick at large N.
 
 - oracle (speaker-listener and reference): every mover heads for its goal landmark, read from the world instead of
   from the messages, with the two-step lookahead of `scripted`; no message is sent (speaker-listener's speaker says
   its first word, reference's agents say word 0). It shows what perfect communication is worth.
 
-Nearest landmark and scripted know nothing of collisions: they show what a simple rule achieves.
+Nearest landmark and scripted steer clear of nobody: they show what a simple rule achieves.
 
     python reference_policies.py --n-agents 1 2 3 4 6 8 10 --episodes 200 --out docs/benchmark/reference_policies.json
 """
@@ -33,6 +34,7 @@ import tyro
 from scipy.optimize import linear_sum_assignment
 
 DT, DAMPING, SENSITIVITY = 0.1, 0.25, 5.0  # mpe2's time step, velocity damping and action force scale
+CONTACT_FORCE, CONTACT_MARGIN = 100.0, 1e-3  # mpe2's soft collision: force scale and softplus margin
 AGENT_SIZE = 0.15  # spread's agents overlap (and collide) when closer than twice this
 MOVES = np.array(
     [[0.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, -1.0], [0.0, 1.0]]
@@ -59,11 +61,23 @@ def positions(world) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return agents, velocities, np.array([landmark.state.p_pos for landmark in world.landmarks])
 
 
-def moves_toward(agents: np.ndarray, velocities: np.ndarray, targets: np.ndarray) -> np.ndarray:
+def contact_forces(agents: np.ndarray) -> np.ndarray:
+    """(n_agents, 2): mpe2's soft contact force on each agent from all the others (`World.get_collision_force`),
+    100 x the softplus penetration (margin 1e-3) along the line between them; nothing between agents apart."""
+    delta = agents[:, None] - agents[None]  # (n_agents, n_agents, 2): p_i - p_j
+    dist = np.linalg.norm(delta, axis=-1, keepdims=True)
+    penetration = np.logaddexp(0, -(dist - 2 * AGENT_SIZE) / CONTACT_MARGIN) * CONTACT_MARGIN
+    with np.errstate(invalid="ignore", divide="ignore"):  # an agent and itself: 0 / 0, dropped
+        return np.nan_to_num(CONTACT_FORCE * delta / dist * penetration).sum(axis=1)
+
+
+def moves_toward(agents: np.ndarray, velocities: np.ndarray, targets: np.ndarray, forces=None) -> np.ndarray:
     """(n_agents,) the discrete move that puts each agent nearest its target (n_agents, 2) two steps ahead, under
-    mpe2's integration (the position moves with the old velocity, which is then damped and accelerated)."""
+    mpe2's integration (the position moves with the old velocity, which is then damped and accelerated by the move's
+    force and the other `forces` (n_agents, 2) on it)."""
     drift = agents + velocities * DT + velocities * (1 - DAMPING) * DT  # (n_agents, 2): where no force takes it
-    ahead = drift[:, None] + MOVES[None] * SENSITIVITY * DT * DT  # (n_agents, 5, 2)
+    pushed = 0.0 if forces is None else forces[:, None]  # (n_agents, 1, 2)
+    ahead = drift[:, None] + (MOVES[None] * SENSITIVITY + pushed) * DT * DT  # (n_agents, 5, 2)
     return np.linalg.norm(ahead - targets[:, None], axis=-1).argmin(axis=1)
 
 
@@ -81,7 +95,7 @@ def assigned_landmarks(agents: np.ndarray, landmarks: np.ndarray) -> np.ndarray:
 
 def scripted(world, rng: np.random.Generator) -> np.ndarray:
     agents, velocities, landmarks = positions(world)
-    return moves_toward(agents, velocities, assigned_landmarks(agents, landmarks))
+    return moves_toward(agents, velocities, assigned_landmarks(agents, landmarks), contact_forces(agents))
 
 
 def rollout(start: np.ndarray, velocity: np.ndarray, forces: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -97,16 +111,20 @@ def rollout(start: np.ndarray, velocity: np.ndarray, forces: np.ndarray) -> tupl
 def planner(world, rng: np.random.Generator) -> np.ndarray:
     agents, velocities, landmarks = positions(world)
     n_agents, targets = len(agents), assigned_landmarks(agents, landmarks)
-    planned = rollout(agents, velocities, np.zeros((n_agents, PLAN.shape[1], 2)))[0]  # (n_agents, 4, 2): drifts
-    actions = np.zeros(n_agents, dtype=int)
+    forces = np.concatenate([MOVES[PLAN], np.zeros((len(PLAN), 1, 2))], axis=1) * SENSITIVITY  # (625, 5, 2)
+    contact, paths, costs = contact_forces(agents), [], []
     for i in range(n_agents):
-        path, rest = rollout(agents[i], velocities[i], MOVES[PLAN] * SENSITIVITY)  # (625, 4, 2), (625, 2)
-        cost = np.linalg.norm(path - targets[i], axis=-1).sum(axis=1) + np.linalg.norm(rest - targets[i], axis=-1)
-        others = np.delete(planned, i, axis=0)  # (n_agents - 1, 4, 2)
-        overlaps = np.linalg.norm(path[:, None] - others[None], axis=-1) < 2 * AGENT_SIZE  # (625, n_agents - 1, 4)
-        best = (cost + 4 / n_agents * overlaps.sum(axis=(1, 2))).argmin()
-        planned[i], actions[i] = path[best], PLAN[best, 0]
-    return actions
+        path, rest = rollout(agents[i], velocities[i], forces + np.eye(5)[0][:, None] * contact[i])  # (625, 5, 2)
+        paths.append(path[:, 1:])  # steps 2 to 5, the ones its moves reach
+        costs.append(
+            np.linalg.norm(paths[-1] - targets[i], axis=-1).sum(axis=1) + np.linalg.norm(rest - targets[i], axis=-1)
+        )
+    chosen = [cost.argmin() for cost in costs]  # each agent's own best plan, then two rounds of best responses
+    for i in list(range(n_agents)) * 2 if n_agents > 1 else []:
+        others = np.stack([paths[j][chosen[j]] for j in range(n_agents) if j != i])  # (n_agents - 1, 4, 2)
+        overlaps = np.linalg.norm(paths[i][:, None] - others[None], axis=-1) < 2 * AGENT_SIZE  # (625, n_agents - 1, 4)
+        chosen[i] = (costs[i] + 4 / n_agents * overlaps.sum(axis=(1, 2))).argmin()
+    return PLAN[chosen, 0]
 
 
 def oracle_listener(world, rng: np.random.Generator) -> np.ndarray:

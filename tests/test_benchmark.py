@@ -484,8 +484,10 @@ def test_the_readme_results_are_the_benchmark_tables():
             assert rows[script][column] == f"{source[4]} / {source[7]}", (script, folder)
     policies = json.load(open(os.path.join(ROOT, "docs/benchmark/reference_policies.json")))["simple_spread_v3"]["3"]
     quoted = {"random": "random actions", "nearest landmark": "the nearest landmark", "scripted": "optimal assignment"}
+    quoted["planner"] = "steers clear of the others"
     for name, words in quoted.items():
         assert f"{words} {policies[name][0]:.1f}" in " ".join(readme.split()), name
+    assert f"(planner {policies['planner'][0]:.2f})" in readme
 
 
 def test_an_empty_smoke_array_is_expanded_as_bash_3_2_can():

@@ -39,10 +39,31 @@ def test_moves_toward_looks_two_steps_ahead(velocity, target, move):
 
 def test_scripted_shares_the_landmarks_out_where_nearest_landmark_does_not():
     """Both agents are nearest the landmark at the origin; the assignment sends the farther one to the other."""
-    w = world(agents=[(0.1, 0.0), (0.3, 0.0)], velocities=[(0.0, 0.0)] * 2, landmarks=[(0.0, 0.0), (1.0, 0.0)])
+    w = world(agents=[(0.1, 0.0), (0.45, 0.0)], velocities=[(0.0, 0.0)] * 2, landmarks=[(0.0, 0.0), (1.0, 0.0)])
     rng = np.random.default_rng(0)
     assert rp.nearest_landmark(w, rng).tolist() == [1, 1]  # both go -x
     assert rp.scripted(w, rng).tolist() == [1, 2]  # agent 0 -x, agent 1 +x
+
+
+def test_contact_forces_are_mpe2s_and_scripted_counts_them_in():
+    """Two of spread's agents 0.2 apart (they touch below 0.3): each is pushed off the other with mpe2's force
+    (`World.get_collision_force` on a real spread world), about 10 along x, twice a move's 5; agents apart feel
+    nothing. Agent 0, pushed -x by 0.1 in two steps onto its landmark at the origin, stays put (without the push it
+    would go -x)."""
+    from mpe2 import simple_spread_v3
+
+    env = simple_spread_v3.parallel_env(N=2)
+    env.reset(seed=0)
+    mpe_world = env.unwrapped.world
+    for agent, position in zip(mpe_world.agents, [(0.1, 0.0), (0.3, 0.0)]):
+        agent.state.p_pos = np.array(position)
+    expected = mpe_world.get_collision_force(*mpe_world.agents)  # [on agent 0, on agent 1]
+    agents = np.array([[0.1, 0.0], [0.3, 0.0]])
+    np.testing.assert_allclose(rp.contact_forces(agents), np.stack(expected), rtol=1e-12)
+    assert expected[0][0] == pytest.approx(-10.0, abs=0.01)
+    np.testing.assert_allclose(rp.contact_forces(np.array([[0.0, 0.0], [0.5, 0.0]])), 0.0, atol=1e-12)
+    w = world(agents=[(0.1, 0.0), (0.3, 0.0)], velocities=[(0.0, 0.0)] * 2, landmarks=[(0.0, 0.0), (1.0, 0.0)])
+    assert rp.scripted(w, np.random.default_rng(0)).tolist() == [0, 2]
 
 
 def test_one_agent_scripted_is_nearest_landmark_and_both_beat_random():
