@@ -465,7 +465,7 @@ def test_the_readme_results_are_the_benchmark_tables():
     policies the quick start names are reference_policies.json's at N = 3."""
     readme = open(os.path.join(ROOT, "README.md")).read()
     sources = {  # README column -> the results.md of each script
-        1: {"mappo_mpe": "spread_64_threads", "mappo_mpe_rnn": "spread_64_threads", "mat_mpe": "spread"},
+        1: {"mappo_mpe": "spread_64_threads", "mappo_mpe_rnn": "spread_64_threads", "mat_mpe": "spread_mat_rerun"},
         3: dict.fromkeys(("mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"), "listener_2M"),
         4: dict.fromkeys(("mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"), "reference_3M"),
     }
