@@ -156,7 +156,7 @@ PRESETS = {
     "tuned": {
         "simple_spread_v3": {"gamma": 0.9, "sort_entities": True},
         "simple_speaker_listener_v4": {"gamma": 0.99, "ppo_epoch": 15},
-        "simple_reference_v3": {"gamma": 0.99, "ppo_epoch": 15, "n_rollout_threads": 128},  # the official batch
+        "simple_reference_v3": {"gamma": 0.9, "ppo_epoch": 15, "n_rollout_threads": 128},  # the official batch
     },
 }
 # With `--continuous-actions`, laid over PRESETS as well (continuous_actions.md): a smaller entropy bonus brought this

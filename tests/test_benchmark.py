@@ -467,7 +467,7 @@ def test_the_readme_results_are_the_benchmark_tables():
     sources = {  # README column -> the results.md of each script
         1: {"mappo_mpe": "spread_64_threads", "mappo_mpe_rnn": "spread_64_threads", "mat_mpe": "spread_mat_rerun"},
         3: dict.fromkeys(("mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"), "listener_2M"),
-        4: dict.fromkeys(("mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"), "reference_3M_128"),
+        4: dict.fromkeys(("mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"), "reference_3M_g90"),
     }
     sources[1]["mat_mpe_ep_critic"] = "spread"
     rows = [line.strip("| ").split(" | ") for line in readme.splitlines() if line.startswith("| `") and " / " in line]
