@@ -169,12 +169,12 @@ for n_agents in (3, 6, 12):
     spec = m.get_env_spec("simple_spread_v3", m.scenario_kwargs(m.Args(n_agents=n_agents)))
     model = m.MultiAgentTransformer(spec, m.Args(n_agents=n_agents))
     obs, alive = torch.randn(32, n_agents, spec.obs_dim), torch.ones(32, n_agents, dtype=torch.bool)
+    avail = torch.as_tensor(spec.avail_actions).expand(32, -1, -1)  # every action available
     times = {}
     with torch.no_grad():
         for name in ("cached", "full"):
             def act():
-                x, avail = model.agent_inputs(obs, None)
-                obs_rep = model.encode(x)[0]
+                obs_rep = model.encode(model.agent_inputs(obs, None))[0]
                 if name == "cached":
                     model.decode_autoregressive(obs_rep, avail, alive, False)
                 else:

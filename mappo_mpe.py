@@ -289,7 +289,6 @@ class Agent(nn.Module):
         actor_columns = nearest_columns(spec, args.nearest_k) if args.nearest_k else None  # (F,) or None: all
         self.register_buffer("actor_columns", actor_columns, persistent=False)
         self.register_buffer("agent_ids", torch.eye(n_agents))
-        self.register_buffer("avail_actions", torch.as_tensor(spec.avail_actions))
         actor_in = (spec.obs_dim if actor_columns is None else len(actor_columns)) + args.use_agent_id * n_agents
         n_actors = n_agents if args.separate_actors else 1
         self.actors = nn.ModuleList(mlp_net(actor_in, spec.action_dim, 0.01, args) for _ in range(n_actors))
@@ -325,18 +324,19 @@ class Agent(nn.Module):
         """(B, n_agents) values, normalized when ValueNorm is on."""
         return self.critic(self.critic_input(obs, state)).flatten(1)
 
-    def get_dist(self, obs: torch.Tensor):
-        """Action distribution of every agent (batch shape (B, n_agents)), see `action_distribution`."""
+    def get_dist(self, obs: torch.Tensor, avail: torch.Tensor):
+        """Action distribution of every agent (batch shape (B, n_agents)) over its available actions `avail` (B,
+        n_agents, action_dim), see `action_distribution`."""
         x = self.actor_input(obs)
         if len(self.actors) == 1:
             out = self.actors[0](x)
         else:
             out = torch.stack([actor(x[:, i]) for i, actor in enumerate(self.actors)], dim=1)
-        return action_distribution(out, self.avail_actions, self.actor_std_logit)
+        return action_distribution(out, avail, self.actor_std_logit)
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def act(self, obs: torch.Tensor, avail: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, ...]:
         """Actions (B, n_agents), or (B, n_agents, action_dim) if continuous, and their log-probs (B, n_agents)."""
-        dist = self.get_dist(obs)
+        dist = self.get_dist(obs, avail)
         action = dist.mode if deterministic else dist.sample()
         return action, dist.log_prob(action)
 
@@ -391,6 +391,7 @@ class RolloutBuffer:
         self.obs = zeros(T + 1, n_envs, n_agents, spec.obs_dim)
         self.state = zeros(T + 1, n_envs, spec.state_dim)
         self.alive = torch.ones(T + 1, n_envs, n_agents, dtype=torch.bool, device=device)  # in the episode at t
+        self.avail = torch.ones(T + 1, n_envs, n_agents, spec.action_dim, dtype=torch.bool, device=device)  # actions
         self.values = zeros(T + 1, n_envs, n_agents)  # denormalized: on the scale of the returns
         action_shape, action_type = ((spec.action_dim,), torch.float32) if spec.continuous else ((), torch.long)
         self.actions = zeros(T, n_envs, n_agents, *action_shape, dtype=action_type)  # vectors clipped into the box
@@ -405,6 +406,7 @@ class RolloutBuffer:
         self.actions[t], self.logprobs[t], self.rewards[t] = actions, logprobs, rewards
         self.terminated[t], self.truncated[t] = step.terminated, step.truncated
         self.obs[t + 1], self.state[t + 1], self.alive[t + 1] = step.obs, step.state, step.alive
+        self.avail[t + 1] = step.avail
         self.final_obs[t], self.final_state[t] = step.final_obs, step.final_state
 
     @torch.no_grad()
@@ -468,7 +470,7 @@ def ppo_update(agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advan
     """`ppo_epoch` passes of minibatches over the rollout; each sample keeps all agents of one env step."""
     flat = lambda x: x.flatten(0, 1)  # (T, n_envs, ...) -> (T * n_envs, ...)  # noqa: E731
     obs, state, alive = flat(buffer.obs[:-1]), flat(buffer.state[:-1]), flat(buffer.alive[:-1])
-    actions, old_logprobs = flat(buffer.actions), flat(buffer.logprobs)
+    actions, old_logprobs, avail = flat(buffer.actions), flat(buffer.logprobs), flat(buffer.avail[:-1])
     value_norm.update(returns[buffer.alive[:-1]])  # the returns and advantages of agents in their episode
     norm_returns, old_values = flat(value_norm.normalize(returns)), flat(value_norm.normalize(buffer.values[:-1]))
     alive_advantages = advantages[buffer.alive[:-1]]
@@ -479,7 +481,7 @@ def ppo_update(agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advan
     stats = []
     for _ in range(args.ppo_epoch):
         for mb in minibatch_indices(batch_size, args.num_mini_batch, obs.device):
-            dist = agent.get_dist(obs[mb])
+            dist = agent.get_dist(obs[mb], avail[mb])  # under the masks the actions were drawn with
             new_logprobs = dist.log_prob(actions[mb])
             policy_loss, pg_stats = policy_loss_fn(new_logprobs, old_logprobs[mb], advantages[mb], alive[mb], args.clip)
             entropy = masked_mean(dist.entropy(), alive[mb])
@@ -567,10 +569,10 @@ def main(args: Args) -> dict:
 
             rollout_start = time.time()
             # 1. Collect a rollout: T steps of every env with the current policy, from where the envs are
-            buffer.obs[0], buffer.state[0], buffer.alive[0] = envs.observe()
+            buffer.obs[0], buffer.state[0], buffer.alive[0], buffer.avail[0] = envs.observe()
             with torch.no_grad():
                 for t in range(T):
-                    actions, logprobs = agent.act(buffer.obs[t])
+                    actions, logprobs = agent.act(buffer.obs[t], buffer.avail[t])
                     step = envs.step(actions)
                     progress.global_step += n_envs
                     rewards = step.rewards
@@ -661,6 +663,7 @@ class EnvSpec(NamedTuple):
     state_dim: int
     avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's actions or action dimensions
     continuous: bool  # action vectors in the unit box [0, 1]^action_dim (zero-padded) instead of discrete actions
+    action_masks: str  # where the env says which actions each agent may take now: "info", "observation", "" (all)
     has_state: bool  # the state is env.state(), flattened; else the agents' observations joined
     episode_limit: int  # steps before a time limit ends an episode (`probe_env`); 0: none met
     entities: tuple  # groups of interchangeable entities in the observation, see `sort_entities` (spread only)
@@ -713,15 +716,20 @@ def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
     """The env's spaces, read from it; what the networks cannot take is one error line. The state is env.state()
     where it is a Box of at most MAX_INPUTS numbers (flattened, as the observations), else the observations joined."""
     env = make_env(env_id, scenario)
-    call_env(env_id, env, "reset", seed=0)
+    first = call_env(env_id, env, "reset", seed=0)  # (observations, infos)
     agents, box = env.possible_agents, lambda s: isinstance(s, gymnasium.spaces.Box) and np.prod(s.shape) <= MAX_INPUTS
     counts = (gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete, gymnasium.spaces.MultiBinary)  # as numbers
     obs_spaces, action_spaces = [env.observation_space(a) for a in agents], [env.action_space(a) for a in agents]
+    # PettingZoo's two places for action masks: a Dict observation {"observation", "action_mask"}, or the info
+    in_obs = all(isinstance(s, gymnasium.spaces.Dict) and "action_mask" in s.spaces for s in obs_spaces)
+    masks = "observation" if in_obs else "info" if any("action_mask" in first[1].get(a, {}) for a in agents) else ""
+    obs_spaces = [s["observation"] for s in obs_spaces] if masks == "observation" else obs_spaces
     discrete = all(isinstance(s, gymnasium.spaces.Discrete) for s in action_spaces)
     continuous = all(box(s) and len(s.shape) == 1 and np.isfinite(s.low + s.high).all() for s in action_spaces)
     unsupported = [
         (not all(box(s) or isinstance(s, counts) for s in obs_spaces), f"observations {set(map(str, obs_spaces))}"),
         (not (discrete or continuous), f"actions {set(map(str, action_spaces))}"),
+        (masks and not discrete, f"action masks with actions {set(map(str, action_spaces))}"),
         (set(env.agents) != set(agents), "agents who join an episode after its start"),
     ]
     for what in [what for refused, what in unsupported if refused][:1]:
@@ -733,20 +741,24 @@ def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
     obs_dim = max(int(np.prod(s.shape)) for s in obs_spaces)
     action_dims = [s.shape[0] if continuous else int(s.n) for s in action_spaces]
     avail = np.arange(max(action_dims)) < np.array(action_dims)[:, None]  # (n_agents, action_dim)
-    state_space = getattr(env, "state_space", None)
-    probe = probe_env(env_id, env, action_spaces, box(state_space))  # (has_state, episode_limit)
-    state_dim, entities = int(np.prod(state_space.shape)) if probe[0] else len(agents) * obs_dim, ()
+    entities = ()
     if env_id == "simple_spread_v3":  # [vel, pos, N landmarks, N - 1 other agents, their messages], 2 numbers each
         n, others = len(agents), 4 + 2 * len(agents)
         entities = ((n, (4,)), (n - 1, (others, others + 2 * (n - 1))))
-    return EnvSpec(agents, obs_dim, len(avail[0]), state_dim, avail, continuous, *probe, entities, env_id, scenario)
+    spec = EnvSpec(agents, obs_dim, len(avail[0]), 0, avail, continuous, masks, False, 0, entities, env_id, scenario)
+    state_space = getattr(env, "state_space", None)
+    has_state, episode_limit = probe_env(spec, env, first, box(state_space))
+    state_dim = int(np.prod(state_space.shape)) if has_state else len(agents) * obs_dim
+    return spec._replace(state_dim=state_dim, has_state=has_state, episode_limit=episode_limit)
 
 
-def probe_env(env_id: str, env, action_spaces: list, has_state_space: bool) -> tuple[bool, int]:
-    """Plays the env with seeded random actions (400 steps at most), calling state() where training does. Gives whether
-    it has a state (a Box state_space; state() answered) and its time limit (`max_cycles`, else measured; 0: none)."""
+def probe_env(spec: EnvSpec, env, first: tuple, has_state_space: bool) -> tuple[bool, int]:
+    """Plays the env from its `first` (observations, infos) with seeded random actions among the available ones (400
+    steps at most), calling state() where training does and reading its action masks (`read_masks`). Gives whether it
+    has a state (a Box state_space; state() answered) and its time limit (`max_cycles`, else measured; 0: none)."""
+    env_id, (observations, infos), sizes = spec.env_id, first, spec.avail_actions.sum(axis=1)
     problem, truncated, length = None if has_state_space else "it has no Box state_space", False, 0
-    joint_actions = gymnasium.spaces.Tuple(action_spaces, seed=0)  # random, the same every time
+    joint_actions = gymnasium.spaces.Tuple([env.action_space(a) for a in spec.agents], seed=0)  # the same every time
     for _ in range(400):
         try:  # as training: at a reset, while any agent plays, after the last step of a truncated episode
             if problem is None and (env.agents or truncated):
@@ -756,14 +768,33 @@ def probe_env(env_id: str, env, action_spaces: list, has_state_space: bool) -> t
         if truncated:
             break
         if not env.agents:  # the agents left (died): the next episode
-            call_env(env_id, env, "reset")
+            observations, infos = call_env(env_id, env, "reset")
             length = 0
-        actions = {a: x for a, x in zip(env.possible_agents, joint_actions.sample()) if a in env.agents}
-        truncated = any(call_env(env_id, env, "step", actions)[3].values()) and not env.agents
-        length += 1
+        masks = read_masks(spec, observations, infos, np.isin(spec.agents, env.agents))
+        masks = tuple(m[:n].astype(np.int8) for m, n in zip(masks, sizes)) if spec.action_masks else None
+        actions = {a: x for a, x in zip(spec.agents, joint_actions.sample(masks)) if a in env.agents}
+        observations, _, _, truncations, infos = call_env(env_id, env, "step", actions)
+        truncated, length = any(truncations.values()) and not env.agents, length + 1
     if problem is not None:
         print(f"warning: --env-id {env_id}: {problem}; the critic takes the observations joined")
     return problem is None, getattr(env.unwrapped, "max_cycles", 0) or (length if truncated else 0)
+
+
+def read_masks(spec: EnvSpec, observations: dict, infos: dict, alive: np.ndarray) -> np.ndarray:
+    """(n_agents, action_dim) bool: the actions each agent may take now, from the env's `action_mask` for the agents
+    in the episode (`alive`), else all of the agent's own. A mask of the wrong size, or one that allows no action to
+    an agent in the episode, is an EnvError (one line)."""
+    if not spec.action_masks:
+        return spec.avail_actions
+    avail, source = spec.avail_actions.copy(), infos if spec.action_masks == "info" else observations
+    for i in np.flatnonzero(alive):
+        agent, size = spec.agents[i], int(spec.avail_actions[i].sum())
+        mask = np.asarray(source.get(agent, {}).get("action_mask", ()), dtype=bool).ravel()
+        if len(mask) != size or not mask.any():
+            what = f"has {len(mask)} values for its {size} actions" if len(mask) != size else "allows no action"
+            raise EnvError(f"--env-id {spec.env_id}: the action_mask of {agent} (in its {spec.action_masks}) {what}")
+        avail[i, :size] = mask
+    return avail
 
 
 class StepResult(NamedTuple):
@@ -777,6 +808,7 @@ class StepResult(NamedTuple):
     final_obs: torch.Tensor  # (n_envs, n_agents, obs_dim): before the reset; the last obs of an ended episode
     final_state: torch.Tensor  # (n_envs, state_dim): likewise
     alive: torch.Tensor  # (n_envs, n_agents) bool: the agents in the episode of `obs`, who act on it
+    avail: torch.Tensor  # (n_envs, n_agents, action_dim) bool: the actions each agent may take on `obs`
 
     @property
     def ended(self) -> torch.Tensor:
@@ -794,7 +826,7 @@ class VecEnv(Protocol):
     keeps_episodes: bool  # whether `load_state_dict` puts back the episodes under way; else new ones begin
 
     def reset(self): ...
-    def observe(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...  # (obs, state, alive): the next input
+    def observe(self) -> tuple[torch.Tensor, ...]: ...  # (obs, state, alive, avail): the next input
     def step(self, actions: torch.Tensor) -> StepResult: ...  # actions (n_envs, n_agents) or unit-box vectors
     def state_dict(self) -> dict: ...
     def load_state_dict(self, state: dict): ...
@@ -845,6 +877,7 @@ class BatchedMPE:
         self.steps = torch.zeros(n_envs, dtype=torch.long)  # on the CPU (`step`)
         self.alive = torch.ones(n_envs, n_agents, dtype=torch.bool, device=device)  # no agent leaves an episode early
         self.never = torch.zeros_like(self.alive)  # terminated (no scenario ends early), or truncated between ends
+        self.avail = torch.as_tensor(spec.avail_actions, device=device).expand(n_envs, -1, -1)  # all, always
         self.generator = torch.Generator().manual_seed(seed)
 
     def action_table(self, movable: list[bool], speaks: list[bool]) -> torch.Tensor:
@@ -895,7 +928,7 @@ class BatchedMPE:
             self.reset_envs(ended)
             obs, state = self.observations()
             truncated = ended.to(self.device)[:, None].expand(-1, self.n_agents)
-        return StepResult(obs, state, rewards, self.never, truncated, final_obs, final_state, self.alive)
+        return StepResult(obs, state, rewards, self.never, truncated, final_obs, final_state, self.alive, self.avail)
 
     def advance(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The world one step on in mpe2's order (forces, moves and messages; rewards, observations and state)."""
@@ -933,8 +966,8 @@ class BatchedMPE:
         relative = self.pos[:, None] - self.pos[:, : self.n_agents, None]
         return relative, torch.linalg.vector_norm(relative, dim=-1)
 
-    def observe(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return *self.observations(), self.alive
+    def observe(self) -> tuple[torch.Tensor, ...]:
+        return *self.observations(), self.alive, self.avail
 
     def observations(self, relative: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Observations (n_envs, n_agents, obs_dim), zero-padded, in the order of each scenario's `observation`, and
@@ -1016,7 +1049,8 @@ class PettingZooEnv(gymnasium.Env):
         obs = np.zeros(self.observation_space.shape, dtype=np.float32)
         for i, agent in enumerate(self.env_spec.agents):
             if agent in observations:
-                flat = np.asarray(observations[agent], dtype=np.float32).ravel()
+                own = observations[agent]["observation"] if self.env_spec.action_masks == "observation" else None
+                flat = np.asarray(observations[agent] if own is None else own, dtype=np.float32).ravel()
                 obs[i, : len(flat)] = flat
         return obs
 
@@ -1027,16 +1061,16 @@ class PettingZooEnv(gymnasium.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         if seed is not None:  # the vector env's reset: a rendering env records the episode it begins
             self.frames, self.recording = [], self.render_mode is not None
-        observations, _ = call_env(self.env_id, self.env, "reset", seed=seed)
+        observations, infos = call_env(self.env_id, self.env, "reset", seed=seed)
         self.alive = np.ones(len(self.env_spec.agents), dtype=bool)
         self.frames += [call_env(self.env_id, self.env, "render")] if self.recording else []
-        obs = self.stack(observations)
-        return obs, {"state": self.state(obs), "alive": self.alive}
+        obs, avail = self.stack(observations), read_masks(self.env_spec, observations, infos, self.alive)
+        return obs, {"state": self.state(obs), "alive": self.alive, "avail": avail}
 
     def step(self, actions: np.ndarray):
         agents = self.env_spec.agents
         own = {agent: self.env_action(agent, actions[i]) for i, agent in enumerate(agents) if self.alive[i]}
-        observations, rewards, terminations, truncations, _ = call_env(self.env_id, self.env, "step", own)
+        observations, rewards, terminations, truncations, infos = call_env(self.env_id, self.env, "step", own)
         self.frames += [call_env(self.env_id, self.env, "render")] if self.recording else []
         info = dict(
             rewards=np.array([rewards.get(a, 0.0) for a in agents], dtype=np.float32),
@@ -1047,8 +1081,8 @@ class PettingZooEnv(gymnasium.Env):
         if self.env.agents:
             self.alive = np.isin(agents, self.env.agents)
             obs = info["last_obs"] * self.alive[:, None]
-            state = self.state(obs)
-            return obs, 0.0, False, False, info | {"last_state": state, "state": state, "alive": self.alive}
+            state, avail = self.state(obs), read_masks(self.env_spec, observations, infos, self.alive)
+            return obs, 0.0, False, False, info | dict(last_state=state, state=state, alive=self.alive, avail=avail)
         # The episode is over. Its last state bootstraps only a truncated episode's values (and multiwalker, for
         # one, has none once a walker fell); then the next episode begins.
         last_state = self.state(info["last_obs"]) if info["truncated"].any() else np.zeros(self.env_spec.state_dim)
@@ -1074,17 +1108,17 @@ class PettingZooVecEnv:
 
     def reset(self, seed: int | None = None):
         obs, info = call_env(self.spec.env_id, self.envs, "reset", seed=self.seed if seed is None else seed)
-        self.current = self.tensors("reset", obs, info["state"], info["alive"])
+        self.current = self.tensors("reset", obs, info["state"], info["alive"], info["avail"])
 
-    def observe(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def observe(self) -> tuple[torch.Tensor, ...]:
         return self.current
 
     def step(self, actions: torch.Tensor) -> StepResult:
         obs, _, _, _, info = call_env(self.spec.env_id, self.envs, "step", actions.cpu().numpy())
         self.steps += 1
-        self.current = self.tensors("step", obs, info["state"], info["alive"])
+        self.current = self.tensors("step", obs, info["state"], info["alive"], info["avail"])
         rest = self.tensors("step", *map(info.get, ("rewards", "terminated", "truncated", "last_obs", "last_state")))
-        return StepResult(*self.current[:2], *rest, self.current[2])
+        return StepResult(*self.current[:2], *rest, *self.current[2:])
 
     def tensors(self, call: str, *arrays: np.ndarray) -> tuple[torch.Tensor, ...]:
         if not all(np.isfinite(x).all() for x in arrays):  # observations, states or rewards of the user's env
@@ -1107,7 +1141,8 @@ def evaluate(agent: nn.Module, envs: PettingZooVecEnv, seed: int):
     returns = torch.zeros(envs.n_envs, len(envs.spec.agents), device=envs.device)
     playing = torch.ones(envs.n_envs, dtype=torch.bool, device=envs.device)  # in its first episode still
     while playing.any():
-        step = envs.step(agent.act(envs.observe()[0], deterministic=True)[0])
+        obs, _, _, avail = envs.observe()
+        step = envs.step(agent.act(obs, avail, deterministic=True)[0])
         returns += step.rewards * playing[:, None]
         playing &= ~step.ended
     frames = envs.envs.get_attr("frames")[0]

@@ -326,7 +326,6 @@ class Agent(nn.Module):
         actor_columns = nearest_columns(spec, args.nearest_k) if args.nearest_k else None  # (F,) or None: all
         self.register_buffer("actor_columns", actor_columns, persistent=False)
         self.register_buffer("agent_ids", torch.eye(n_agents))
-        self.register_buffer("avail_actions", torch.as_tensor(spec.avail_actions))
         actor_in = (spec.obs_dim if actor_columns is None else len(actor_columns)) + args.use_agent_id * n_agents
         n_actors = n_agents if args.separate_actors else 1
         self.actors = nn.ModuleList(RecurrentNet(actor_in, spec.action_dim, 0.01, args) for _ in range(n_actors))
@@ -372,23 +371,23 @@ class Agent(nn.Module):
         values, hiddens = self.critic(self.critic_input(obs, state), hidden, starts)
         return values.flatten(2), hiddens
 
-    def get_dist(self, obs: torch.Tensor, hidden: torch.Tensor, starts: torch.Tensor):
+    def get_dist(self, obs: torch.Tensor, avail: torch.Tensor, hidden: torch.Tensor, starts: torch.Tensor):
         """Action distribution (batch shape (L, B, n_agents), see `action_distribution`) of obs
-        (L, B, n_agents, obs_dim) from the actors' hidden state before step 0; also their hidden states after each
-        step (L, B, n_agents, H)."""
+        (L, B, n_agents, obs_dim) over the available actions `avail` (L, B, n_agents, action_dim), from the actors'
+        hidden state before step 0; also their hidden states after each step (L, B, n_agents, H)."""
         x = self.actor_input(obs)
         if len(self.actors) == 1:
             out, hiddens = self.actors[0](x, hidden, starts)
         else:
             outputs = [actor(x[:, :, i : i + 1], hidden[:, i : i + 1], starts) for i, actor in enumerate(self.actors)]
             out, hiddens = (torch.cat(parts, dim=2) for parts in zip(*outputs))
-        return action_distribution(out, self.avail_actions, self.actor_std_logit), hiddens
+        return action_distribution(out, avail, self.actor_std_logit), hiddens
 
-    def act(self, obs: torch.Tensor, hidden: torch.Tensor, starts: torch.Tensor, deterministic: bool = False):
+    def act(self, obs, avail, hidden: torch.Tensor, starts: torch.Tensor, deterministic: bool = False):
         """One step: actions (B, n_agents), or (B, n_agents, action_dim) if continuous, and their log-probabilities
-        (B, n_agents) for obs (B, n_agents, obs_dim), and the actors' next hidden state (B, n_agents, H); `starts`
-        (B,) marks envs whose episode begins here."""
-        dist, hiddens = self.get_dist(obs.unsqueeze(0), hidden, starts.unsqueeze(0))
+        (B, n_agents) for obs (B, n_agents, obs_dim) and avail (B, n_agents, action_dim), and the actors' next hidden
+        state (B, n_agents, H); `starts` (B,) marks envs whose episode begins here."""
+        dist, hiddens = self.get_dist(obs.unsqueeze(0), avail.unsqueeze(0), hidden, starts.unsqueeze(0))
         action = dist.mode if deterministic else dist.sample()
         return action[0], dist.log_prob(action)[0], hiddens[0]
 
@@ -444,6 +443,7 @@ class RolloutBuffer:
         self.obs = zeros(T + 1, n_envs, n_agents, spec.obs_dim)
         self.state = zeros(T + 1, n_envs, spec.state_dim)
         self.alive = torch.ones(T + 1, n_envs, n_agents, dtype=torch.bool, device=device)  # in the episode at t
+        self.avail = torch.ones(T + 1, n_envs, n_agents, spec.action_dim, dtype=torch.bool, device=device)  # actions
         self.values = zeros(T + 1, n_envs, n_agents)  # denormalized: on the scale of the returns
         action_shape, action_type = ((spec.action_dim,), torch.float32) if spec.continuous else ((), torch.long)
         self.actions = zeros(T, n_envs, n_agents, *action_shape, dtype=action_type)  # vectors clipped into the box
@@ -461,6 +461,7 @@ class RolloutBuffer:
         self.actions[t], self.logprobs[t], self.rewards[t] = actions, logprobs, rewards
         self.terminated[t], self.truncated[t] = step.terminated, step.truncated
         self.obs[t + 1], self.state[t + 1], self.alive[t + 1] = step.obs, step.state, step.alive
+        self.avail[t + 1] = step.avail
         self.final_obs[t], self.final_state[t] = step.final_obs, step.final_state
         self.starts[t + 1] = step.ended
 
@@ -539,7 +540,7 @@ def ppo_update(agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advan
     (T, n_envs, ...) tensors): their T-step sequences are replayed through the GRUs from the hidden states stored
     before step 0, so every stored step is trained on once per epoch with the hidden state it was acted on with."""
     obs, state, starts, alive = buffer.obs[:-1], buffer.state[:-1], buffer.starts[:-1], buffer.alive[:-1]
-    actions, old_logprobs = buffer.actions, buffer.logprobs
+    actions, old_logprobs, avail = buffer.actions, buffer.logprobs, buffer.avail[:-1]
     value_norm.update(returns[alive])  # the returns and advantages of agents in their episode
     norm_returns, old_values = value_norm.normalize(returns), value_norm.normalize(buffer.values[:-1])
     advantages = (advantages - advantages[alive].mean()) / (advantages[alive].std() + 1e-5)
@@ -549,7 +550,7 @@ def ppo_update(agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advan
     stats = []
     for _ in range(args.ppo_epoch):
         for mb in minibatch_indices(n_envs, args.num_mini_batch, obs.device):
-            dist, _ = agent.get_dist(obs[:, mb], buffer.actor_hidden[mb], starts[:, mb])
+            dist, _ = agent.get_dist(obs[:, mb], avail[:, mb], buffer.actor_hidden[mb], starts[:, mb])
             policy_loss, pg_stats = policy_loss_fn(
                 dist.log_prob(actions[:, mb]), old_logprobs[:, mb], advantages[:, mb], alive[:, mb], args.clip
             )
@@ -635,11 +636,13 @@ def main(args: Args) -> dict:
 
             rollout_start = time.time()
             # 1. Collect a rollout: T steps of every env with the current policy, from where the envs are
-            buffer.obs[0], buffer.state[0], buffer.alive[0] = envs.observe()
+            buffer.obs[0], buffer.state[0], buffer.alive[0], buffer.avail[0] = envs.observe()
             with torch.no_grad():
                 actor_hidden = buffer.actor_hidden
                 for t in range(T):
-                    actions, logprobs, actor_hidden = agent.act(buffer.obs[t], actor_hidden, buffer.starts[t])
+                    actions, logprobs, actor_hidden = agent.act(
+                        buffer.obs[t], buffer.avail[t], actor_hidden, buffer.starts[t]
+                    )
                     step = envs.step(actions)
                     progress.global_step += n_envs
                     rewards = step.rewards
@@ -729,6 +732,7 @@ class EnvSpec(NamedTuple):
     state_dim: int
     avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's actions or action dimensions
     continuous: bool  # action vectors in the unit box [0, 1]^action_dim (zero-padded) instead of discrete actions
+    action_masks: str  # where the env says which actions each agent may take now: "info", "observation", "" (all)
     has_state: bool  # the state is env.state(), flattened; else the agents' observations joined
     episode_limit: int  # steps before a time limit ends an episode (`probe_env`); 0: none met
     entities: tuple  # groups of interchangeable entities in the observation, see `sort_entities` (spread only)
@@ -781,15 +785,20 @@ def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
     """The env's spaces, read from it; what the networks cannot take is one error line. The state is env.state()
     where it is a Box of at most MAX_INPUTS numbers (flattened, as the observations), else the observations joined."""
     env = make_env(env_id, scenario)
-    call_env(env_id, env, "reset", seed=0)
+    first = call_env(env_id, env, "reset", seed=0)  # (observations, infos)
     agents, box = env.possible_agents, lambda s: isinstance(s, gymnasium.spaces.Box) and np.prod(s.shape) <= MAX_INPUTS
     counts = (gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete, gymnasium.spaces.MultiBinary)  # as numbers
     obs_spaces, action_spaces = [env.observation_space(a) for a in agents], [env.action_space(a) for a in agents]
+    # PettingZoo's two places for action masks: a Dict observation {"observation", "action_mask"}, or the info
+    in_obs = all(isinstance(s, gymnasium.spaces.Dict) and "action_mask" in s.spaces for s in obs_spaces)
+    masks = "observation" if in_obs else "info" if any("action_mask" in first[1].get(a, {}) for a in agents) else ""
+    obs_spaces = [s["observation"] for s in obs_spaces] if masks == "observation" else obs_spaces
     discrete = all(isinstance(s, gymnasium.spaces.Discrete) for s in action_spaces)
     continuous = all(box(s) and len(s.shape) == 1 and np.isfinite(s.low + s.high).all() for s in action_spaces)
     unsupported = [
         (not all(box(s) or isinstance(s, counts) for s in obs_spaces), f"observations {set(map(str, obs_spaces))}"),
         (not (discrete or continuous), f"actions {set(map(str, action_spaces))}"),
+        (masks and not discrete, f"action masks with actions {set(map(str, action_spaces))}"),
         (set(env.agents) != set(agents), "agents who join an episode after its start"),
     ]
     for what in [what for refused, what in unsupported if refused][:1]:
@@ -801,20 +810,24 @@ def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
     obs_dim = max(int(np.prod(s.shape)) for s in obs_spaces)
     action_dims = [s.shape[0] if continuous else int(s.n) for s in action_spaces]
     avail = np.arange(max(action_dims)) < np.array(action_dims)[:, None]  # (n_agents, action_dim)
-    state_space = getattr(env, "state_space", None)
-    probe = probe_env(env_id, env, action_spaces, box(state_space))  # (has_state, episode_limit)
-    state_dim, entities = int(np.prod(state_space.shape)) if probe[0] else len(agents) * obs_dim, ()
+    entities = ()
     if env_id == "simple_spread_v3":  # [vel, pos, N landmarks, N - 1 other agents, their messages], 2 numbers each
         n, others = len(agents), 4 + 2 * len(agents)
         entities = ((n, (4,)), (n - 1, (others, others + 2 * (n - 1))))
-    return EnvSpec(agents, obs_dim, len(avail[0]), state_dim, avail, continuous, *probe, entities, env_id, scenario)
+    spec = EnvSpec(agents, obs_dim, len(avail[0]), 0, avail, continuous, masks, False, 0, entities, env_id, scenario)
+    state_space = getattr(env, "state_space", None)
+    has_state, episode_limit = probe_env(spec, env, first, box(state_space))
+    state_dim = int(np.prod(state_space.shape)) if has_state else len(agents) * obs_dim
+    return spec._replace(state_dim=state_dim, has_state=has_state, episode_limit=episode_limit)
 
 
-def probe_env(env_id: str, env, action_spaces: list, has_state_space: bool) -> tuple[bool, int]:
-    """Plays the env with seeded random actions (400 steps at most), calling state() where training does. Gives whether
-    it has a state (a Box state_space; state() answered) and its time limit (`max_cycles`, else measured; 0: none)."""
+def probe_env(spec: EnvSpec, env, first: tuple, has_state_space: bool) -> tuple[bool, int]:
+    """Plays the env from its `first` (observations, infos) with seeded random actions among the available ones (400
+    steps at most), calling state() where training does and reading its action masks (`read_masks`). Gives whether it
+    has a state (a Box state_space; state() answered) and its time limit (`max_cycles`, else measured; 0: none)."""
+    env_id, (observations, infos), sizes = spec.env_id, first, spec.avail_actions.sum(axis=1)
     problem, truncated, length = None if has_state_space else "it has no Box state_space", False, 0
-    joint_actions = gymnasium.spaces.Tuple(action_spaces, seed=0)  # random, the same every time
+    joint_actions = gymnasium.spaces.Tuple([env.action_space(a) for a in spec.agents], seed=0)  # the same every time
     for _ in range(400):
         try:  # as training: at a reset, while any agent plays, after the last step of a truncated episode
             if problem is None and (env.agents or truncated):
@@ -824,14 +837,33 @@ def probe_env(env_id: str, env, action_spaces: list, has_state_space: bool) -> t
         if truncated:
             break
         if not env.agents:  # the agents left (died): the next episode
-            call_env(env_id, env, "reset")
+            observations, infos = call_env(env_id, env, "reset")
             length = 0
-        actions = {a: x for a, x in zip(env.possible_agents, joint_actions.sample()) if a in env.agents}
-        truncated = any(call_env(env_id, env, "step", actions)[3].values()) and not env.agents
-        length += 1
+        masks = read_masks(spec, observations, infos, np.isin(spec.agents, env.agents))
+        masks = tuple(m[:n].astype(np.int8) for m, n in zip(masks, sizes)) if spec.action_masks else None
+        actions = {a: x for a, x in zip(spec.agents, joint_actions.sample(masks)) if a in env.agents}
+        observations, _, _, truncations, infos = call_env(env_id, env, "step", actions)
+        truncated, length = any(truncations.values()) and not env.agents, length + 1
     if problem is not None:
         print(f"warning: --env-id {env_id}: {problem}; the critic takes the observations joined")
     return problem is None, getattr(env.unwrapped, "max_cycles", 0) or (length if truncated else 0)
+
+
+def read_masks(spec: EnvSpec, observations: dict, infos: dict, alive: np.ndarray) -> np.ndarray:
+    """(n_agents, action_dim) bool: the actions each agent may take now, from the env's `action_mask` for the agents
+    in the episode (`alive`), else all of the agent's own. A mask of the wrong size, or one that allows no action to
+    an agent in the episode, is an EnvError (one line)."""
+    if not spec.action_masks:
+        return spec.avail_actions
+    avail, source = spec.avail_actions.copy(), infos if spec.action_masks == "info" else observations
+    for i in np.flatnonzero(alive):
+        agent, size = spec.agents[i], int(spec.avail_actions[i].sum())
+        mask = np.asarray(source.get(agent, {}).get("action_mask", ()), dtype=bool).ravel()
+        if len(mask) != size or not mask.any():
+            what = f"has {len(mask)} values for its {size} actions" if len(mask) != size else "allows no action"
+            raise EnvError(f"--env-id {spec.env_id}: the action_mask of {agent} (in its {spec.action_masks}) {what}")
+        avail[i, :size] = mask
+    return avail
 
 
 class StepResult(NamedTuple):
@@ -845,6 +877,7 @@ class StepResult(NamedTuple):
     final_obs: torch.Tensor  # (n_envs, n_agents, obs_dim): before the reset; the last obs of an ended episode
     final_state: torch.Tensor  # (n_envs, state_dim): likewise
     alive: torch.Tensor  # (n_envs, n_agents) bool: the agents in the episode of `obs`, who act on it
+    avail: torch.Tensor  # (n_envs, n_agents, action_dim) bool: the actions each agent may take on `obs`
 
     @property
     def ended(self) -> torch.Tensor:
@@ -862,7 +895,7 @@ class VecEnv(Protocol):
     keeps_episodes: bool  # whether `load_state_dict` puts back the episodes under way; else new ones begin
 
     def reset(self): ...
-    def observe(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...  # (obs, state, alive): the next input
+    def observe(self) -> tuple[torch.Tensor, ...]: ...  # (obs, state, alive, avail): the next input
     def step(self, actions: torch.Tensor) -> StepResult: ...  # actions (n_envs, n_agents) or unit-box vectors
     def state_dict(self) -> dict: ...
     def load_state_dict(self, state: dict): ...
@@ -913,6 +946,7 @@ class BatchedMPE:
         self.steps = torch.zeros(n_envs, dtype=torch.long)  # on the CPU (`step`)
         self.alive = torch.ones(n_envs, n_agents, dtype=torch.bool, device=device)  # no agent leaves an episode early
         self.never = torch.zeros_like(self.alive)  # terminated (no scenario ends early), or truncated between ends
+        self.avail = torch.as_tensor(spec.avail_actions, device=device).expand(n_envs, -1, -1)  # all, always
         self.generator = torch.Generator().manual_seed(seed)
 
     def action_table(self, movable: list[bool], speaks: list[bool]) -> torch.Tensor:
@@ -963,7 +997,7 @@ class BatchedMPE:
             self.reset_envs(ended)
             obs, state = self.observations()
             truncated = ended.to(self.device)[:, None].expand(-1, self.n_agents)
-        return StepResult(obs, state, rewards, self.never, truncated, final_obs, final_state, self.alive)
+        return StepResult(obs, state, rewards, self.never, truncated, final_obs, final_state, self.alive, self.avail)
 
     def advance(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The world one step on in mpe2's order (forces, moves and messages; rewards, observations and state)."""
@@ -1001,8 +1035,8 @@ class BatchedMPE:
         relative = self.pos[:, None] - self.pos[:, : self.n_agents, None]
         return relative, torch.linalg.vector_norm(relative, dim=-1)
 
-    def observe(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return *self.observations(), self.alive
+    def observe(self) -> tuple[torch.Tensor, ...]:
+        return *self.observations(), self.alive, self.avail
 
     def observations(self, relative: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Observations (n_envs, n_agents, obs_dim), zero-padded, in the order of each scenario's `observation`, and
@@ -1084,7 +1118,8 @@ class PettingZooEnv(gymnasium.Env):
         obs = np.zeros(self.observation_space.shape, dtype=np.float32)
         for i, agent in enumerate(self.env_spec.agents):
             if agent in observations:
-                flat = np.asarray(observations[agent], dtype=np.float32).ravel()
+                own = observations[agent]["observation"] if self.env_spec.action_masks == "observation" else None
+                flat = np.asarray(observations[agent] if own is None else own, dtype=np.float32).ravel()
                 obs[i, : len(flat)] = flat
         return obs
 
@@ -1095,16 +1130,16 @@ class PettingZooEnv(gymnasium.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         if seed is not None:  # the vector env's reset: a rendering env records the episode it begins
             self.frames, self.recording = [], self.render_mode is not None
-        observations, _ = call_env(self.env_id, self.env, "reset", seed=seed)
+        observations, infos = call_env(self.env_id, self.env, "reset", seed=seed)
         self.alive = np.ones(len(self.env_spec.agents), dtype=bool)
         self.frames += [call_env(self.env_id, self.env, "render")] if self.recording else []
-        obs = self.stack(observations)
-        return obs, {"state": self.state(obs), "alive": self.alive}
+        obs, avail = self.stack(observations), read_masks(self.env_spec, observations, infos, self.alive)
+        return obs, {"state": self.state(obs), "alive": self.alive, "avail": avail}
 
     def step(self, actions: np.ndarray):
         agents = self.env_spec.agents
         own = {agent: self.env_action(agent, actions[i]) for i, agent in enumerate(agents) if self.alive[i]}
-        observations, rewards, terminations, truncations, _ = call_env(self.env_id, self.env, "step", own)
+        observations, rewards, terminations, truncations, infos = call_env(self.env_id, self.env, "step", own)
         self.frames += [call_env(self.env_id, self.env, "render")] if self.recording else []
         info = dict(
             rewards=np.array([rewards.get(a, 0.0) for a in agents], dtype=np.float32),
@@ -1115,8 +1150,8 @@ class PettingZooEnv(gymnasium.Env):
         if self.env.agents:
             self.alive = np.isin(agents, self.env.agents)
             obs = info["last_obs"] * self.alive[:, None]
-            state = self.state(obs)
-            return obs, 0.0, False, False, info | {"last_state": state, "state": state, "alive": self.alive}
+            state, avail = self.state(obs), read_masks(self.env_spec, observations, infos, self.alive)
+            return obs, 0.0, False, False, info | dict(last_state=state, state=state, alive=self.alive, avail=avail)
         # The episode is over. Its last state bootstraps only a truncated episode's values (and multiwalker, for
         # one, has none once a walker fell); then the next episode begins.
         last_state = self.state(info["last_obs"]) if info["truncated"].any() else np.zeros(self.env_spec.state_dim)
@@ -1142,17 +1177,17 @@ class PettingZooVecEnv:
 
     def reset(self, seed: int | None = None):
         obs, info = call_env(self.spec.env_id, self.envs, "reset", seed=self.seed if seed is None else seed)
-        self.current = self.tensors("reset", obs, info["state"], info["alive"])
+        self.current = self.tensors("reset", obs, info["state"], info["alive"], info["avail"])
 
-    def observe(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def observe(self) -> tuple[torch.Tensor, ...]:
         return self.current
 
     def step(self, actions: torch.Tensor) -> StepResult:
         obs, _, _, _, info = call_env(self.spec.env_id, self.envs, "step", actions.cpu().numpy())
         self.steps += 1
-        self.current = self.tensors("step", obs, info["state"], info["alive"])
+        self.current = self.tensors("step", obs, info["state"], info["alive"], info["avail"])
         rest = self.tensors("step", *map(info.get, ("rewards", "terminated", "truncated", "last_obs", "last_state")))
-        return StepResult(*self.current[:2], *rest, self.current[2])
+        return StepResult(*self.current[:2], *rest, *self.current[2:])
 
     def tensors(self, call: str, *arrays: np.ndarray) -> tuple[torch.Tensor, ...]:
         if not all(np.isfinite(x).all() for x in arrays):  # observations, states or rewards of the user's env
@@ -1176,7 +1211,8 @@ def evaluate(agent: nn.Module, envs: PettingZooVecEnv, seed: int):
     playing = torch.ones(envs.n_envs, dtype=torch.bool, device=envs.device)  # in its first episode still
     hidden, starts = agent.initial_hidden(envs.n_envs)[0], playing.clone()  # the GRUs start from zero
     while playing.any():
-        actions, _, hidden = agent.act(envs.observe()[0], hidden, starts, deterministic=True)
+        obs, _, _, avail = envs.observe()
+        actions, _, hidden = agent.act(obs, avail, hidden, starts, deterministic=True)
         step = envs.step(actions)
         returns += step.rewards * playing[:, None]
         playing &= ~step.ended

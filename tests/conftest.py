@@ -223,6 +223,38 @@ def assert_bad_resumes_are_refused(run_script, cwd, module):
         assert "\n" not in str(refused.value)
 
 
+def random_masks(spec, x: torch.Tensor) -> torch.Tensor:
+    """(..., n_agents, action_dim) bool: each of an agent's own actions available with probability 1/2, action 0
+    always (discrete actions), for x (..., n_agents, features); continuous actions keep their dimensions."""
+    draws = (torch.rand(*x.shape[:-1], spec.action_dim) < 0.5) | (torch.arange(spec.action_dim) == 0)
+    return all_actions(spec, x) & (spec.continuous or draws)
+
+
+def assert_no_unavailable_action(buffer):
+    """Every discrete action stored in the rollout buffer was available where it was taken."""
+    assert buffer.avail[:-1].gather(-1, buffer.actions.unsqueeze(-1)).all()
+
+
+MASKED_ENV = ["--env-id", "tests.masked_env", "--env-kwargs", "strict", "True", "masks"]
+
+
+def assert_action_masks_are_obeyed(run_script, cwd):
+    """tests/masked_env.py with `strict` raises at an unavailable action: training, evaluation and test mode run
+    through with its masks in the info and in a Dict observation, and the two give the same run."""
+    for masks in ("info", "observation"):
+        (cwd / masks).mkdir()
+        run_script(cwd / masks, *MASKED_ENV, masks, *TINY, "--save-model")
+    runs = [next((cwd / masks / "runs").iterdir()) for masks in ("info", "observation")]
+    assert "eval/episodic_return" in logged_scalars(runs[0]) and logged_scalars(runs[0]) == logged_scalars(runs[1])
+    result = run_script(cwd, "--eval-checkpoint", str(runs[1] / "model.pt"), "--n-eval-episodes", "3")
+    assert "(trained 200 steps on tests.masked_env): eval episodic_return" in result.stdout
+
+
+def all_actions(spec, x: torch.Tensor) -> torch.Tensor:
+    """(..., n_agents, action_dim) bool: every action of each agent's own space, for x (..., n_agents, features)."""
+    return torch.as_tensor(spec.avail_actions).expand(*x.shape[:-1], -1)
+
+
 def all_alive(x: torch.Tensor) -> torch.Tensor:
     """(B, n_agents) True: every agent of x (B, n_agents, ...) in its episode."""
     return torch.ones(x.shape[:2], dtype=torch.bool)
@@ -265,6 +297,6 @@ def assert_the_encoder_takes_any_team_size(m, spec):
     model = m.MultiAgentTransformer(spec, m.Args(n_agents=n_agents, nearest_k=3))
     assert model.obs_encoder[1].in_features == 18
     obs = torch.randn(4, n_agents, spec.obs_dim)
-    x, _ = model.agent_inputs(obs, None)
+    x = model.agent_inputs(obs, None)
     padded = torch.nn.functional.pad(m.sort_entities(obs, spec.entities), (0, 1))
     torch.testing.assert_close(x, padded[..., NEAREST_3_COLUMNS[n_agents]], rtol=0, atol=0)

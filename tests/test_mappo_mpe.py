@@ -20,15 +20,20 @@ from conftest import (  # noqa: E402
     FAULT_FLAGS,
     GENERIC_ENVS,
     KAZ,
+    MASKED_ENV,
     STOP_FLAGS,
     TINY,
+    all_actions,
+    assert_action_masks_are_obeyed,
     assert_an_env_fault_keeps_the_last_update,
     assert_bad_resumes_are_refused,
+    assert_no_unavailable_action,
     assert_one_line_error,
     assert_resume_is_exact,
     assert_sigterm_checkpoint_resumes,
     assert_stops_cleanly,
     logged_scalars,
+    random_masks,
     save_then_test_mode,
 )
 
@@ -97,7 +102,7 @@ def test_partial_observability_sizes(agent_neighbors, landmark_neighbors, obs_di
     assert envs.spec.obs_dim == 4 + 2 * landmark_neighbors + 4 * agent_neighbors == obs_dim
     assert envs.spec.state_dim == 3 * obs_dim and envs.spec.has_state
     envs.reset()
-    obs, state, _ = envs.observe()
+    obs, state, *_ = envs.observe()
     assert obs.shape == (2, 3, obs_dim) and state.shape == (2, 3 * obs_dim)
 
 
@@ -144,6 +149,7 @@ def test_sorted_networks_do_not_see_the_order_of_landmarks_and_agents(state_type
     spec = env_spec(n_agents=5)
     agent = m.Agent(spec, m.Args(n_agents=5, sort_entities=True, state_type=state_type))
     obs = torch.randn(16, 5, spec.obs_dim)
+    avail = all_actions(spec, obs)
     landmarks = obs[..., 4:14].unflatten(-1, (5, 2))
     others, messages = obs[..., 14:22].unflatten(-1, (4, 2)), obs[..., 22:30].unflatten(-1, (4, 2))
     landmark_order, agent_order = torch.randperm(5), torch.randperm(4)
@@ -152,11 +158,13 @@ def test_sorted_networks_do_not_see_the_order_of_landmarks_and_agents(state_type
     shuffled[..., 14:22] = others[..., agent_order, :].flatten(-2)
     shuffled[..., 22:30] = messages[..., agent_order, :].flatten(-2)
     assert not torch.equal(shuffled, obs)
-    torch.testing.assert_close(agent.get_dist(shuffled).logits, agent.get_dist(obs).logits, rtol=0, atol=0)
+    torch.testing.assert_close(
+        agent.get_dist(shuffled, avail).logits, agent.get_dist(obs, avail).logits, rtol=0, atol=0
+    )
     values = agent.get_value(shuffled, shuffled.flatten(1))
     torch.testing.assert_close(values, agent.get_value(obs, obs.flatten(1)), rtol=0, atol=0)
     unsorted = m.Agent(spec, m.Args(n_agents=5))
-    assert not torch.allclose(unsorted.get_dist(shuffled).logits, unsorted.get_dist(obs).logits)
+    assert not torch.allclose(unsorted.get_dist(shuffled, avail).logits, unsorted.get_dist(obs, avail).logits)
 
 
 def test_nearest_k_keeps_the_nearest_of_each_kind_and_pads_a_smaller_team():
@@ -192,10 +200,7 @@ def test_a_nearest_k_policy_plays_another_team_size_in_test_mode(tmp_path, run_s
     result = run_script(tmp_path, "--eval-checkpoint", model, "--eval-n-agents", "6", "--n-eval-episodes", "2")
     assert "over 2 episodes; agent_0 " in result.stdout and "agent_5 " in result.stdout
     unloaded = eval(result.stdout.split("loaded all but ")[1].split(" (their size")[0])  # a list of names
-    spec_made = {"agent_ids", "avail_actions"}  # buffers the model makes from the spec of N agents
-    assert unloaded and all(
-        name.startswith("critic.") or name in spec_made for name in unloaded
-    )  # the critic: N's state
+    assert unloaded and all(name.startswith("critic.") or name == "agent_ids" for name in unloaded)  # N's state, ids
     at_four = run_script(tmp_path, "--eval-checkpoint", model, "--eval-n-agents", "4", "--n-eval-episodes", "2")
     played = run_script(tmp_path, "--eval-checkpoint", model, "--n-eval-episodes", "2")  # the trained model, whole
     assert "loaded all but []" in at_four.stdout and at_four.stdout.splitlines()[-1] == played.stdout.splitlines()[-1]
@@ -250,11 +255,12 @@ def test_separate_actors_have_their_own_parameters():
     shared, separate = m.Agent(spec, m.Args(separate_actors=False)), m.Agent(spec, m.Args(separate_actors=True))
     assert len(shared.actors) == 1 and len(separate.actors) == 2
     obs = torch.randn(4, 2, 11)
-    assert separate.get_dist(obs).logits.shape == (4, 2, 5)
+    avail = all_actions(spec, obs)
+    assert separate.get_dist(obs, avail).logits.shape == (4, 2, 5)
     with torch.no_grad():  # changing the listener's actor leaves the speaker's logits alone
-        before = separate.get_dist(obs).logits.clone()
+        before = separate.get_dist(obs, avail).logits.clone()
         separate.actors[1][-1].bias[0] += 1.0
-        after = separate.get_dist(obs).logits
+        after = separate.get_dist(obs, avail).logits
     torch.testing.assert_close(after[:, 0], before[:, 0])
     assert not torch.allclose(after[:, 1, :5], before[:, 1, :5])
 
@@ -266,9 +272,10 @@ def test_masked_actions_are_never_sampled():
     with torch.no_grad():  # make the unavailable speaker actions the most attractive ones
         agent.actors[0][-1].bias.copy_(torch.tensor([0.0, 0.0, 0.0, 50.0, 50.0]))
         obs = torch.randn(4096, 2, 11)
-        actions, logprobs = agent.act(obs)
-        greedy, _ = agent.act(obs, deterministic=True)
-        dist = agent.get_dist(obs)
+        avail = all_actions(spec, obs)
+        actions, logprobs = agent.act(obs, avail)
+        greedy, _ = agent.act(obs, avail, deterministic=True)
+        dist = agent.get_dist(obs, avail)
     assert actions[:, 0].max() <= 2 and greedy[:, 0].max() <= 2
     assert set(actions[:, 1].tolist()) == {0, 1, 2, 3, 4}  # the listener keeps all of its actions
     assert torch.isfinite(logprobs).all() and torch.isfinite(dist.entropy()).all()
@@ -308,9 +315,10 @@ def test_gaussian_padded_dimensions_change_nothing():
     with torch.no_grad():
         agent.actor_std_logit.copy_(torch.randn(2, 5))
         obs = torch.randn(512, 2, 11)
-        dist = agent.get_dist(obs)
-        actions, logprobs = agent.act(obs)
-        greedy, _ = agent.act(obs, deterministic=True)
+        avail = all_actions(spec, obs)
+        dist = agent.get_dist(obs, avail)
+        actions, logprobs = agent.act(obs, avail)
+        greedy, _ = agent.act(obs, avail, deterministic=True)
         padded = actions.clone()
         padded[:, 0, 3:] = torch.randn(512, 2) * 5
         entropy = dist.entropy()
@@ -328,7 +336,8 @@ def test_continuous_policy_starts_in_the_middle_of_the_box():
     spec = env_spec(continuous_actions=True)
     agent = m.Agent(spec, m.Args())
     with torch.no_grad():
-        dist = agent.get_dist(torch.randn(256, 3, 18))
+        obs = torch.randn(256, 3, 18)
+        dist = agent.get_dist(obs, all_actions(spec, obs))
     assert (dist.mean - 0.5).abs().max() < 0.1 and torch.all(dist.stddev == torch.sigmoid(torch.tensor(2.0)))
     assert agent.actor_std_logit.shape == (1, 5)  # shared actor: one std per action dimension
 
@@ -461,9 +470,12 @@ def test_first_ppo_epoch_starts_on_policy(continuous):
     buffer = m.RolloutBuffer(5, 2, spec, torch.device("cpu"))
     buffer.obs.normal_()
     buffer.state.normal_()
+    buffer.avail[:] = random_masks(spec, buffer.obs)  # the update scores each action under the mask it had
     with torch.no_grad():
         for t in range(5):
-            buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t])
+            buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t], buffer.avail[t])
+    if not continuous:
+        assert_no_unavailable_action(buffer)
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(5, 2, 3), torch.randn(5, 2, 3), args)
     assert stats["ratio"] == pytest.approx(1.0, abs=1e-6)
     assert stats["clipfrac"] == 0.0 and stats["approx_kl"] == pytest.approx(0.0, abs=1e-7)
@@ -478,7 +490,7 @@ def test_std_is_trained_as_part_of_the_actor():
     buffer.obs.normal_()
     with torch.no_grad():
         for t in range(5):
-            buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t])
+            buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t], buffer.avail[t])
     before = agent.actor_std_logit.detach().clone()
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(5, 2, 3), torch.randn(5, 2, 3), args)
     assert not torch.equal(agent.actor_std_logit, before)
@@ -523,9 +535,13 @@ def test_checkpoint_round_trip_gives_identical_actions(tmp_path, continuous):
     restored, restored_norm, restored_opt = m.build_agent(spec, m.Args(**checkpoint["args"]), torch.device("cpu"))
     m.restore(checkpoint, restored, restored_norm, restored_opt, path)
     obs = torch.randn(64, 2, 11)
-    actions = agent.act(obs)[0]
-    torch.testing.assert_close(restored.act(obs, deterministic=True)[0], agent.act(obs, deterministic=True)[0])
-    torch.testing.assert_close(restored.get_dist(obs).log_prob(actions), agent.get_dist(obs).log_prob(actions))
+    avail = all_actions(spec, obs)
+    actions = agent.act(obs, avail)[0]
+    greedy = agent.act(obs, avail, deterministic=True)[0]
+    torch.testing.assert_close(restored.act(obs, avail, deterministic=True)[0], greedy)
+    torch.testing.assert_close(
+        restored.get_dist(obs, avail).log_prob(actions), agent.get_dist(obs, avail).log_prob(actions)
+    )
     torch.testing.assert_close(restored_norm.mean_var()[0], value_norm.mean_var()[0])
     assert checkpoint["global_step"] == 123 and checkpoint["args"]["separate_actors"] is True
     assert checkpoint["args"]["continuous_actions"] is continuous
@@ -551,7 +567,7 @@ def test_evaluation_plays_mpe2_itself():
             obs = torch.zeros(1, 2, spec.obs_dim)
             for i, a in enumerate(agents):
                 obs[0, i, : len(observations[a])] = torch.from_numpy(observations[a])
-            actions, _ = agent.act(obs, deterministic=True)
+            actions, _ = agent.act(obs, all_actions(spec, obs), deterministic=True)
             observations, rewards, *_ = env.step({a: int(actions[0, i]) for i, a in enumerate(agents)})
             expected += [rewards[a] for a in agents]
         np.testing.assert_allclose(returns[k], expected, rtol=1e-5)
@@ -774,9 +790,10 @@ def test_generic_env_save_model_then_test_mode_with_video(tmp_path, run_script):
 
 
 def test_generic_env_resumes_alike_from_one_checkpoint(tmp_path, run_script):
-    """Episodes under way on a generic env are not saved: a resumed run begins new ones, seeded from the step, so
-    two runs resumed from the same checkpoint end with identical parameters."""
-    flags = [*GENERIC_ENVS["dying_discrete"], "--n-rollout-threads", "4", "--n-eval-episodes", "2"]
+    """Episodes under way on a generic env are not saved: a resumed run begins new ones, seeded from the step (their
+    first action masks from the env's reset, which raises at any action they do not allow), so two runs resumed from
+    the same checkpoint end with identical parameters."""
+    flags = [*MASKED_ENV, "observation", "--n-rollout-threads", "4", "--n-eval-episodes", "2"]
     run_script(tmp_path, *flags, "--total-timesteps", "400")
     (run_name,) = os.listdir(tmp_path / "runs")
     checkpoint = tmp_path / "runs" / run_name / "checkpoint.pt"
@@ -787,6 +804,41 @@ def test_generic_env_resumes_alike_from_one_checkpoint(tmp_path, run_script):
         run_script(tmp_path, *flags, "--total-timesteps", "800", "--resume", str(checkpoint))
         ends.append(torch.load(checkpoint, weights_only=True)["agent"])
     assert ends[0].keys() == ends[1].keys() and all(torch.equal(ends[0][k], ends[1][k]) for k in ends[0])
+
+
+def test_the_envs_action_masks_are_obeyed(tmp_path, run_script):
+    assert_action_masks_are_obeyed(run_script, tmp_path)
+
+
+def test_masked_entropy_and_log_probs_count_the_available_actions_only():
+    """Under a mask the categorical is the softmax over the available actions alone: entropy and log-probs as if
+    the others did not exist, finite, with zero gradient through the masked logits."""
+    torch.manual_seed(0)
+    logits = torch.randn(64, 3, 5, requires_grad=True)
+    avail = random_masks(env_spec(), logits)
+    dist = m.action_distribution(logits, avail, None)
+    probs = torch.softmax(logits.masked_fill(~avail, -torch.inf), dim=-1)
+    expected = -torch.where(avail, probs * probs.log(), 0.0).sum(-1)
+    torch.testing.assert_close(dist.entropy(), expected, atol=1e-6, rtol=0)
+    actions = dist.sample()
+    assert avail.gather(-1, actions.unsqueeze(-1)).all() and (avail.sum(-1) < 5).any()
+    torch.testing.assert_close(dist.log_prob(actions), probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1).log())
+    (dist.entropy().sum() + dist.log_prob(actions).sum()).backward()
+    assert torch.isfinite(logits.grad).all() and (logits.grad[~avail] == 0).all()
+
+
+def test_bad_action_masks_are_one_line(tmp_path, run_script):
+    """Masks of the wrong size, and masks with continuous actions, are refused at the start (the probe reads the
+    env's first masks); an agent in its episode allowed no action ends the run at that step, keeping the last
+    update."""
+    with pytest.raises(m.EnvError, match=r"the action_mask of a \(in its info\) has 4 values for its 5 actions$"):
+        m.get_env_spec("tests.masked_env", {"bad_mask": "size"})
+    with pytest.raises(SystemExit, match="unsupported action masks with actions {'Box"):
+        m.get_env_spec("tests.masked_env:ContinuousMaskedEnv", {})
+    flags = [*FAULT_FLAGS[2:], "--env-id", "tests.masked_env", "--env-kwargs", "bad_mask", "empty", "at_step", "30"]
+    result = run_script(tmp_path, *flags, check=False)
+    assert_one_line_error(result, "the action_mask of a (in its info) allows no action at env step 56; the run up to")
+    assert "step 40 is kept" in result.stderr
 
 
 def test_one_agent_trains(tmp_path, run_script):
@@ -1089,7 +1141,7 @@ def test_observations_and_state_of_several_dimensions_are_taken_flattened():
     assert (len(spec.agents), spec.obs_dim, spec.state_dim, spec.action_dim, spec.has_state) == (8, 147, 768, 5, True)
     envs = m.PettingZooVecEnv(m.get_env_spec(env_id, {}), 2, 0, CPU)
     envs.reset()
-    obs, state, alive = envs.observe()
+    obs, state, alive, _ = envs.observe()
     assert obs.shape == (2, 8, 147) and state.shape == (2, 768) and alive.all()
     env = m.make_env(env_id, {})
     observations, _ = env.reset(seed=0)  # as env 0 of the vector
@@ -1104,7 +1156,7 @@ def test_observations_of_different_sizes_are_padded_and_an_agent_who_leaves_the_
     envs = m.PettingZooVecEnv(m.get_env_spec("tests.arena_env", {}), 1, 0, CPU)
     assert envs.spec.obs_dim == 16 and envs.spec.state_dim == 4 * 16 and not envs.spec.has_state
     envs.reset()
-    obs, _, _ = envs.observe()
+    obs, *_ = envs.observe()
     assert (obs[0, 0::2, 10:] == 0).all() and (obs[0, 1::2, 10:] != 0).all()
     env = envs.envs.envs[0].env.unwrapped
     env.pos[0] = [-0.95, 0.0]  # one move left from the edge
@@ -1224,10 +1276,10 @@ def test_an_agent_who_died_adds_nothing_to_the_update():
     agent, value_norm, optimizer = m.build_agent(envs.spec, args, CPU)
     buffer = m.RolloutBuffer(6, 2, envs.spec, CPU)
     envs.reset()
-    buffer.obs[0], buffer.state[0], buffer.alive[0] = envs.observe()
+    buffer.obs[0], buffer.state[0], buffer.alive[0], buffer.avail[0] = envs.observe()
     with torch.no_grad():
         for t in range(6):
-            actions, logprobs = agent.act(buffer.obs[t])
+            actions, logprobs = agent.act(buffer.obs[t], buffer.avail[t])
             step = envs.step(actions)
             buffer.insert(t, actions, logprobs, step.rewards, step)
         buffer.compute_values(agent, value_norm)
@@ -1240,7 +1292,7 @@ def test_an_agent_who_died_adds_nothing_to_the_update():
     by_hand.update(returns[alive])
     with torch.no_grad():
         obs, state = buffer.obs[:-1].flatten(0, 1), buffer.state[:-1].flatten(0, 1)
-        dist = agent.get_dist(obs)
+        dist = agent.get_dist(obs, buffer.avail[:-1].flatten(0, 1))
         entropy = dist.entropy().view_as(alive)[alive].mean()
         ratio = (dist.log_prob(buffer.actions.flatten(0, 1)).view_as(alive) - buffer.logprobs)[alive].exp()
         values = agent.get_value(obs, state).view_as(alive)[alive]

@@ -15,12 +15,16 @@ from conftest import (  # noqa: E402
     GENERIC_ENVS,
     NEAREST_3_COLUMNS,
     TINY,
+    all_actions,
+    assert_action_masks_are_obeyed,
     assert_an_env_fault_keeps_the_last_update,
     assert_bad_resumes_are_refused,
+    assert_no_unavailable_action,
     assert_one_line_error,
     assert_resume_is_exact,
     assert_sigterm_checkpoint_resumes,
     assert_stops_cleanly,
+    random_masks,
     save_then_test_mode,
 )
 
@@ -83,14 +87,15 @@ def test_gru_over_sequence_equals_stepping_with_resets(start_times):
 def test_hidden_state_is_zero_at_an_episode_start():
     """Acting at an episode start ignores the carried hidden state: the same as acting from zeros."""
     torch.manual_seed(0)
-    agent = m.Agent(env_spec(), m.Args())
+    spec = env_spec()
+    agent = m.Agent(spec, m.Args())
     randomize(agent)
-    obs, carried = torch.randn(4, 3, 18), torch.randn(4, 3, 64)
-    zeros = torch.zeros_like(carried)
+    obs, carried = torch.randn(1, 4, 3, 18), torch.randn(4, 3, 64)
+    zeros, avail = torch.zeros_like(carried), all_actions(spec, obs)
     starts = torch.tensor([True, False, True, False])
     with torch.no_grad():
-        dist, hidden = agent.get_dist(obs.unsqueeze(0), carried, starts.unsqueeze(0))
-        from_zero, hidden_from_zero = agent.get_dist(obs.unsqueeze(0), zeros, torch.zeros(1, 4, dtype=torch.bool))
+        dist, hidden = agent.get_dist(obs, avail, carried, starts.unsqueeze(0))
+        from_zero, hidden_from_zero = agent.get_dist(obs, avail, zeros, torch.zeros(1, 4, dtype=torch.bool))
     torch.testing.assert_close(dist.logits[0, starts], from_zero.logits[0, starts], atol=0, rtol=0)
     torch.testing.assert_close(hidden[0, starts], hidden_from_zero[0, starts], atol=0, rtol=0)
     assert (dist.logits[0, ~starts] - from_zero.logits[0, ~starts]).abs().max() > 1e-3  # carried where no start
@@ -116,11 +121,11 @@ def test_shapes(env_id):
         assert actor_hidden.shape == (4, n_agents, 64) and critic_hidden.shape == (4, critic_rows, 64)
         obs, state = torch.randn(6, 4, n_agents, spec.obs_dim), torch.randn(6, 4, spec.state_dim)
         starts = torch.zeros(6, 4, dtype=torch.bool)
-        dist, hiddens = agent.get_dist(obs, actor_hidden, starts)
+        dist, hiddens = agent.get_dist(obs, all_actions(spec, obs), actor_hidden, starts)
         assert dist.logits.shape == (6, 4, n_agents, spec.action_dim) and hiddens.shape == (6, 4, n_agents, 64)
         values, critic_hiddens = agent.get_value(obs, state, critic_hidden, starts)
         assert values.shape == (6, 4, n_agents) and critic_hiddens.shape == (6, 4, critic_rows, 64)
-        actions, logprobs, next_hidden = agent.act(obs[0], actor_hidden, starts[0])
+        actions, logprobs, next_hidden = agent.act(obs[0], all_actions(spec, obs[0]), actor_hidden, starts[0])
         assert actions.shape == logprobs.shape == (4, n_agents) and next_hidden.shape == actor_hidden.shape
 
 
@@ -135,9 +140,7 @@ def collect(agent, envs, buffer, T: int, first_rollout: bool):
     which gives the reference values and final values (the values "computed while acting")."""
     if first_rollout:
         envs.reset()
-    buffer.obs[0], buffer.state[0], buffer.alive[0] = (
-        envs.observe()
-    )  # as main(): each rollout starts from where the envs are
+    buffer.obs[0], buffer.state[0], buffer.alive[0], buffer.avail[0] = envs.observe()  # as main(): where the envs are
     actor_hidden, critic_hidden = buffer.actor_hidden, buffer.critic_hidden
     values, final_values, actor_hiddens = [], [], []
     one_step = lambda x: x.unsqueeze(0)  # noqa: E731
@@ -147,7 +150,7 @@ def collect(agent, envs, buffer, T: int, first_rollout: bool):
         )
         critic_hidden = critic_next[0]
         values.append(value[0])
-        actions, logprobs, actor_hidden = agent.act(buffer.obs[t], actor_hidden, buffer.starts[t])
+        actions, logprobs, actor_hidden = agent.act(buffer.obs[t], buffer.avail[t], actor_hidden, buffer.starts[t])
         actor_hiddens.append(actor_hidden)
         step = envs.step(actions)
         buffer.insert(t, actions, logprobs, step.rewards, step)
@@ -189,7 +192,7 @@ def test_replay_reproduces_acting_across_episode_starts(state_type, separate_act
         start_times = [7, 14] if rollout == 0 else [1, 8, 15]  # global steps 7, 14, 21, 28, 35
         assert torch.nonzero(buffer.starts[1:].all(dim=1)).flatten().add(1).tolist() == start_times
         with torch.no_grad():
-            dist, _ = agent.get_dist(buffer.obs[:-1], buffer.actor_hidden, buffer.starts[:-1])
+            dist, _ = agent.get_dist(buffer.obs[:-1], buffer.avail[:-1], buffer.actor_hidden, buffer.starts[:-1])
             torch.testing.assert_close(dist.log_prob(buffer.actions), buffer.logprobs, atol=1e-5, rtol=0)
             replayed, _ = agent.get_value(buffer.obs[:-1], buffer.state[:-1], buffer.critic_hidden, buffer.starts[:-1])
             torch.testing.assert_close(replayed, values[:-1], atol=1e-5, rtol=0)
@@ -209,8 +212,8 @@ def test_evaluation_and_video_reset_the_hidden_state_at_the_episode_start(monkey
     calls = []
     act = agent.act
 
-    def spy(obs, hidden, starts, deterministic=False):
-        actions, logprobs, next_hidden = act(obs, hidden, starts, deterministic)
+    def spy(obs, avail, hidden, starts, deterministic=False):
+        actions, logprobs, next_hidden = act(obs, avail, hidden, starts, deterministic)
         calls.append((hidden.clone(), starts.clone(), next_hidden.clone()))
         return actions, logprobs, next_hidden
 
@@ -243,9 +246,9 @@ def test_every_stored_step_is_trained_once_per_epoch_in_whole_sequences(num_mini
     seen = []
     get_dist = agent.get_dist
 
-    def spy(obs, hidden, starts):
+    def spy(obs, avail, hidden, starts):
         seen.append((obs[..., 0, 0].clone(), hidden.clone()))
-        return get_dist(obs, hidden, starts)
+        return get_dist(obs, avail, hidden, starts)
 
     monkeypatch.setattr(agent, "get_dist", spy)
     m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(T, n_envs, 3), torch.randn(T, n_envs, 3), args)
@@ -270,11 +273,15 @@ def test_first_ppo_epoch_starts_on_policy():
     randomize(agent)
     buffer = m.RolloutBuffer(T, n_envs, spec, CPU, (torch.randn(n_envs, 3, 64), torch.randn(n_envs, 1, 64)))
     buffer.obs.normal_()
+    buffer.avail[:] = random_masks(spec, buffer.obs)  # the update scores each action under the mask it had
     buffer.starts[3] = True
     with torch.no_grad():
         hidden = buffer.actor_hidden
         for t in range(T):
-            buffer.actions[t], buffer.logprobs[t], hidden = agent.act(buffer.obs[t], hidden, buffer.starts[t])
+            buffer.actions[t], buffer.logprobs[t], hidden = agent.act(
+                buffer.obs[t], buffer.avail[t], hidden, buffer.starts[t]
+            )
+    assert_no_unavailable_action(buffer)
     stats = m.ppo_update(
         agent, optimizer, value_norm, buffer, torch.randn(T, n_envs, 3), torch.randn(T, n_envs, 3), args
     )
@@ -299,7 +306,8 @@ def test_partial_observability_gives_smaller_observations():
     spec = m.get_env_spec("mpe2.simple_spread_v3", {"num_agent_neighbors": 1, "num_landmark_neighbors": 1})
     assert (spec.obs_dim, spec.state_dim) == (10, 30)
     agent = m.Agent(spec, m.Args(env_id="mpe2.simple_spread_v3"))
-    actions, _, _ = agent.act(torch.randn(2, 3, 10), agent.initial_hidden(2)[0], torch.ones(2, dtype=torch.bool))
+    obs = torch.randn(2, 3, 10)
+    actions, _, _ = agent.act(obs, all_actions(spec, obs), agent.initial_hidden(2)[0], torch.ones(2, dtype=torch.bool))
     assert actions.shape == (2, 3)
 
 
@@ -331,6 +339,10 @@ def test_one_agent_trains(tmp_path, run_script):
     """Spread with a single agent: no teammate to observe or collide with."""
     result = run_script(tmp_path, "--n-agents", "1", "--preset", "tuned", *TINY)
     assert "step       200/200" in result.stdout
+
+
+def test_the_envs_action_masks_are_obeyed(tmp_path, run_script):
+    assert_action_masks_are_obeyed(run_script, tmp_path)
 
 
 def test_save_model_then_test_mode_with_video(tmp_path, run_script):

@@ -15,15 +15,19 @@ SCRIPT = "mat_mpe.py"  # run end to end by the run_script fixture (conftest.py)
 from conftest import (  # noqa: E402
     GENERIC_ENVS,
     TINY,
+    all_actions,
     all_alive,
+    assert_action_masks_are_obeyed,
     assert_an_env_fault_keeps_the_last_update,
     assert_bad_resumes_are_refused,
+    assert_no_unavailable_action,
     assert_one_line_error,
     assert_resume_is_exact,
     assert_sigterm_checkpoint_resumes,
     assert_stops_cleanly,
     assert_the_encoder_takes_any_team_size,
     full_re_decode,
+    random_masks,
     save_then_test_mode,
 )
 
@@ -73,7 +77,7 @@ def randomize(model: torch.nn.Module):
 
 
 def test_shift_actions():
-    model, _ = random_model()
+    model, spec = random_model()
     shifted = model.shift_actions(torch.tensor([[2, 0, 4]]), torch.ones(1, 3, dtype=torch.bool))
     expected = torch.zeros(1, 3, 6)
     expected[0, 0, 0] = 1.0  # start token
@@ -88,14 +92,14 @@ def test_shift_actions():
 
 @pytest.mark.parametrize("n_block,n_head,continuous", [(1, 1, False), (2, 4, False), (2, 2, True)])
 def test_sampled_logprobs_and_entropies_match_teacher_forcing(n_block, n_head, continuous):
-    model, _ = random_model(n_block=n_block, n_head=n_head, continuous_actions=continuous)
+    model, spec = random_model(n_block=n_block, n_head=n_head, continuous_actions=continuous)
     obs = torch.randn(256, 3, 18)
     with torch.no_grad():
-        x, avail = model.agent_inputs(obs, None)
+        x, avail = model.agent_inputs(obs, None), all_actions(spec, obs)
         actions, logprobs, outs = model.decode_autoregressive(
             model.encode(x)[0], avail, all_alive(obs), deterministic=False
         )
-        tf_logprobs, tf_entropy, _ = model.evaluate_actions(obs, actions, all_alive(obs))
+        tf_logprobs, tf_entropy, _ = model.evaluate_actions(obs, actions, all_alive(obs), all_actions(spec, obs))
     torch.testing.assert_close(tf_logprobs, logprobs, atol=1e-5, rtol=0)
     torch.testing.assert_close(
         tf_entropy, m.action_distribution(outs, avail, model.std_logit).entropy(), atol=1e-5, rtol=0
@@ -111,7 +115,7 @@ def test_changing_an_action_changes_no_logits_of_earlier_agents(j):
     changed = actions.clone()
     changed[:, j] = (changed[:, j] + 1) % 5
     with torch.no_grad():
-        obs_rep, _ = model.encode(model.agent_inputs(obs, None)[0])
+        obs_rep, _ = model.encode(model.agent_inputs(obs, None))
         before = model.decode(model.shift_actions(actions, all_alive(actions)), obs_rep)
         after = model.decode(model.shift_actions(changed, all_alive(changed)), obs_rep)
     torch.testing.assert_close(after[:, : j + 1], before[:, : j + 1], atol=0, rtol=0)
@@ -126,13 +130,13 @@ def test_an_agent_who_died_is_a_zero_token_to_the_next_agents(continuous):
     model, spec = random_model(n_agents=5, n_block=2, n_head=2, continuous_actions=continuous)
     obs, alive = torch.randn(64, 5, spec.obs_dim), torch.tensor([True, False, True, False, True]).expand(64, 5)
     with torch.no_grad():
-        actions, logprobs = model.act(obs, alive)
+        actions, logprobs = model.act(obs, alive, all_actions(spec, obs))
         changed = actions.clone()
         changed[:, [1, 3]] = torch.rand_like(changed[:, [1, 3]].float()).to(changed.dtype) + 1
-        obs_rep, _ = model.encode(model.agent_inputs(obs, None)[0])
+        obs_rep, _ = model.encode(model.agent_inputs(obs, None))
         before = model.decode(model.shift_actions(actions, alive), obs_rep)
         after = model.decode(model.shift_actions(changed, alive), obs_rep)
-        tf_logprobs, _, _ = model.evaluate_actions(obs, actions, alive)
+        tf_logprobs, _, _ = model.evaluate_actions(obs, actions, alive, all_actions(spec, obs))
         seen = model.decode(model.shift_actions(changed, all_alive(obs)), obs_rep)
     torch.testing.assert_close(after, before, atol=0, rtol=0)
     assert (seen[:, 2] - before[:, 2]).abs().max() > 1e-3  # alive, agent 1's action would have been seen
@@ -147,8 +151,8 @@ def test_an_agent_who_died_is_a_zero_token_to_the_next_agents(continuous):
 def test_cached_decoding_equals_full_re_decode(n_agents, n_block, n_head, continuous):
     model, spec = random_model(n_agents=n_agents, n_block=n_block, n_head=n_head, continuous_actions=continuous)
     obs = torch.randn(128, n_agents, spec.obs_dim)
-    with torch.no_grad():
-        x, avail = model.agent_inputs(obs, None)
+    with torch.no_grad():  # each agent's turn under its own mask
+        x, avail = model.agent_inputs(obs, None), random_masks(spec, obs)
         obs_rep = model.encode(x)[0]
         results = []
         for decode in (
@@ -181,42 +185,44 @@ def test_sorted_encoder_does_not_see_the_order_of_landmarks_and_agents():
         outputs = []
         for x in (obs, shuffled):
             torch.manual_seed(3)
-            actions, logprobs = model.act(x, all_alive(x))
-            outputs.append((actions, logprobs, *model.evaluate_actions(x, actions, all_alive(x))))
+            actions, logprobs = model.act(x, all_alive(x), all_actions(spec, x))
+            outputs.append((actions, logprobs, *model.evaluate_actions(x, actions, all_alive(x), all_actions(spec, x))))
     for a, b in zip(*outputs):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
     torch.testing.assert_close(outputs[0][2], outputs[0][1], atol=1e-5, rtol=1e-5)  # teacher-forced log-probs
 
 
 def test_masked_actions_are_never_sampled_and_deterministic_is_argmax():
-    model, _ = random_model("simple_speaker_listener_v4", 2)
+    model, spec = random_model("simple_speaker_listener_v4", 2)
     with torch.no_grad():  # make the unavailable speaker actions the most attractive ones
         model.action_head[-1].bias.copy_(torch.tensor([0.0, 0.0, 0.0, 50.0, 50.0]))
         obs = torch.randn(4096, 2, 11)
-        actions, logprobs = model.act(obs, all_alive(obs))
-        x, avail = model.agent_inputs(obs, None)
+        actions, logprobs = model.act(obs, all_alive(obs), all_actions(spec, obs))
+        x, avail = model.agent_inputs(obs, None), all_actions(spec, obs)
         greedy, _, logits = model.decode_autoregressive(model.encode(x)[0], avail, all_alive(obs), deterministic=True)
-        _, entropy, _ = model.evaluate_actions(obs, actions, all_alive(obs))
+        _, entropy, _ = model.evaluate_actions(obs, actions, all_alive(obs), all_actions(spec, obs))
     assert actions[:, 0].max() <= 2 and greedy[:, 0].max() <= 2
     assert set(actions[:, 0].tolist()) == {0, 1, 2}
     assert {3, 4} <= set(actions[:, 1].tolist())  # the listener does have actions 3 and 4
     assert torch.isfinite(logprobs).all() and torch.isfinite(entropy).all()
     torch.testing.assert_close(greedy, logits.masked_fill(~avail, -torch.inf).argmax(-1), atol=0, rtol=0)
-    torch.testing.assert_close(model.act(obs, all_alive(obs), deterministic=True)[0], greedy, atol=0, rtol=0)
+    torch.testing.assert_close(
+        model.act(obs, all_alive(obs), all_actions(spec, obs), deterministic=True)[0], greedy, atol=0, rtol=0
+    )
 
 
 def test_continuous_padded_dimensions_are_zero_and_change_no_log_probability():
     """The speaker's 3 dims padded to the listener's 5: its padded dims are zero in samples and in the mode (so the
     listener's decoder input never carries them) and do not enter the speaker's log-probability or entropy."""
-    model, _ = random_model("simple_speaker_listener_v4", 2, continuous_actions=True)
+    model, spec = random_model("simple_speaker_listener_v4", 2, continuous_actions=True)
     obs = torch.randn(512, 2, 11)
     with torch.no_grad():
         model.std_logit.copy_(torch.randn(5))
-        actions, logprobs = model.act(obs, all_alive(obs))
-        greedy, _ = model.act(obs, all_alive(obs), deterministic=True)
+        actions, logprobs = model.act(obs, all_alive(obs), all_actions(spec, obs))
+        greedy, _ = model.act(obs, all_alive(obs), all_actions(spec, obs), deterministic=True)
         padded = actions.clone()
         padded[:, 0, 3:] = torch.randn(512, 2) * 5
-        padded_logprobs, entropy, _ = model.evaluate_actions(obs, padded, all_alive(obs))
+        padded_logprobs, entropy, _ = model.evaluate_actions(obs, padded, all_alive(obs), all_actions(spec, obs))
     assert actions.shape == (512, 2, 5) and torch.all(actions[:, 0, 3:] == 0) and torch.all(greedy[:, 0, 3:] == 0)
     torch.testing.assert_close(padded_logprobs[:, 0], logprobs[:, 0], atol=1e-5, rtol=0)
     own_entropy = torch.distributions.Normal(0.0, torch.sigmoid(model.std_logit[:3])).entropy().sum()
@@ -229,28 +235,40 @@ def test_model_shapes(env_id):
     model, spec = random_model(env_id, n_agents)
     assert (spec.obs_dim, spec.action_dim) == (obs_dim, action_dim)
     obs = torch.randn(7, n_agents, obs_dim)
-    actions, logprobs = model.act(obs, all_alive(obs))
+    actions, logprobs = model.act(obs, all_alive(obs), all_actions(spec, obs))
     assert actions.shape == logprobs.shape == (7, n_agents) and actions.dtype == torch.long
-    logprob, entropy, values = model.evaluate_actions(obs, actions, all_alive(obs))
+    logprob, entropy, values = model.evaluate_actions(obs, actions, all_alive(obs), all_actions(spec, obs))
     assert logprob.shape == entropy.shape == values.shape == (7, n_agents)
     torch.testing.assert_close(model.get_value(obs), values)
 
 
 def test_encoder_follows_a_shuffled_agent_order():
     """The encoder has no positions: the one-hot ids carry identity, so permuting agents permutes values."""
-    model, _ = random_model()
+    model, spec = random_model()
     obs = torch.randn(32, 3, 18)
     order = torch.rand(32, 3).argsort(dim=1)
     rows = torch.arange(32).unsqueeze(1)
     with torch.no_grad():
-        _, _, values = model.evaluate_actions(obs, torch.zeros(32, 3, dtype=torch.long), all_alive(obs))
+        _, _, values = model.evaluate_actions(
+            obs, torch.zeros(32, 3, dtype=torch.long), all_alive(obs), all_actions(spec, obs)
+        )
         _, _, shuffled_values = model.evaluate_actions(
-            obs[rows, order], torch.zeros(32, 3, dtype=torch.long), all_alive(obs[rows, order]), order
+            obs[rows, order],
+            torch.zeros(32, 3, dtype=torch.long),
+            all_alive(obs[rows, order]),
+            all_actions(spec, obs),
+            order,
         )
         identity = model.evaluate_actions(
-            obs, torch.ones(32, 3, dtype=torch.long), all_alive(obs), torch.arange(3).expand(32, 3)
+            obs,
+            torch.ones(32, 3, dtype=torch.long),
+            all_alive(obs),
+            all_actions(spec, obs),
+            torch.arange(3).expand(32, 3),
         )
-        default = model.evaluate_actions(obs, torch.ones(32, 3, dtype=torch.long), all_alive(obs))
+        default = model.evaluate_actions(
+            obs, torch.ones(32, 3, dtype=torch.long), all_alive(obs), all_actions(spec, obs)
+        )
     torch.testing.assert_close(shuffled_values, values[rows, order], atol=1e-5, rtol=1e-5)
     for a, b in zip(identity, default):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
@@ -266,7 +284,7 @@ def test_batched_env_shapes(env_id):
     n_agents, obs_dim, _, action_dims = SCENARIOS[env_id]
     envs = m.BatchedMPE(m.get_env_spec(env_id, scenario(env_id, max_cycles=2)), 3, seed=0, device=torch.device("cpu"))
     envs.reset()
-    obs, _, _ = envs.observe()
+    obs, *_ = envs.observe()
     assert obs.shape == (3, n_agents, obs_dim)
     for _ in range(2):
         step = envs.step(torch.zeros((3, n_agents), dtype=torch.long))
@@ -304,9 +322,12 @@ def test_first_ppo_epoch_starts_on_policy(shuffle_agents, continuous):
     randomize(agent)
     buffer = m.RolloutBuffer(5, 2, spec, torch.device("cpu"))
     buffer.obs.normal_()
+    buffer.avail[:] = random_masks(spec, buffer.obs)  # the update scores each action under the mask it had
     with torch.no_grad():
         for t in range(5):
-            buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t], buffer.alive[t])
+            buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t], buffer.alive[t], buffer.avail[t])
+    if not continuous:
+        assert_no_unavailable_action(buffer)
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(5, 2, 3), torch.randn(5, 2, 3), args)
     if shuffle_agents:
         assert stats["approx_kl"] > 1e-4
@@ -336,11 +357,12 @@ def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
     m.restore(checkpoint, restored, restored_norm, restored_opt, path)
     obs = torch.randn(64, 2, 11)
     torch.testing.assert_close(
-        restored.act(obs, all_alive(obs), deterministic=True)[0], agent.act(obs, all_alive(obs), deterministic=True)[0]
+        restored.act(obs, all_alive(obs), all_actions(spec, obs), deterministic=True)[0],
+        agent.act(obs, all_alive(obs), all_actions(spec, obs), deterministic=True)[0],
     )
     torch.testing.assert_close(
-        restored.evaluate_actions(obs, torch.zeros(64, 2, dtype=torch.long), all_alive(obs)),
-        agent.evaluate_actions(obs, torch.zeros(64, 2, dtype=torch.long), all_alive(obs)),
+        restored.evaluate_actions(obs, torch.zeros(64, 2, dtype=torch.long), all_alive(obs), all_actions(spec, obs)),
+        agent.evaluate_actions(obs, torch.zeros(64, 2, dtype=torch.long), all_alive(obs), all_actions(spec, obs)),
     )
     torch.testing.assert_close(restored_norm.mean_var()[0], value_norm.mean_var()[0])
     assert checkpoint["global_step"] == 123 and checkpoint["args"]["n_block"] == 2
@@ -393,6 +415,10 @@ def test_one_agent_trains(tmp_path, run_script):
     """Spread with a single agent: a sequence of one, no teammate to observe or collide with."""
     result = run_script(tmp_path, "--n-agents", "1", "--preset", "tuned", *TINY)
     assert "step       200/200" in result.stdout
+
+
+def test_the_envs_action_masks_are_obeyed(tmp_path, run_script):
+    assert_action_masks_are_obeyed(run_script, tmp_path)
 
 
 def test_save_model_then_test_mode_with_video(tmp_path, run_script):

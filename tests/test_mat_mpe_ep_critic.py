@@ -15,15 +15,19 @@ SCRIPT = "mat_mpe_ep_critic.py"  # run end to end by the run_script fixture (con
 from conftest import (  # noqa: E402
     GENERIC_ENVS,
     TINY,
+    all_actions,
     all_alive,
+    assert_action_masks_are_obeyed,
     assert_an_env_fault_keeps_the_last_update,
     assert_bad_resumes_are_refused,
+    assert_no_unavailable_action,
     assert_one_line_error,
     assert_resume_is_exact,
     assert_sigterm_checkpoint_resumes,
     assert_stops_cleanly,
     assert_the_encoder_takes_any_team_size,
     full_re_decode,
+    random_masks,
     save_then_test_mode,
 )
 
@@ -64,8 +68,9 @@ def random_rollout(agent, spec, T: int, n_envs: int) -> m.RolloutBuffer:
     buffer = m.RolloutBuffer(T, n_envs, spec, CPU)
     buffer.obs.normal_()
     buffer.state.normal_()
+    buffer.avail[:] = random_masks(spec, buffer.obs)  # the update scores each action under the mask it had
     for t in range(T):
-        buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t], buffer.alive[t])
+        buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t], buffer.alive[t], buffer.avail[t])
     return buffer
 
 
@@ -169,14 +174,14 @@ def test_transformer_and_critic_learn_at_their_own_rates(lr, critic_lr):
 
 @pytest.mark.parametrize("n_block,n_head,continuous", [(1, 1, False), (2, 2, False), (2, 2, True)])
 def test_autoregressive_logprobs_equal_teacher_forced_ones(n_block, n_head, continuous):
-    model, _ = random_model(n_block=n_block, n_head=n_head, continuous_actions=continuous)
+    model, spec = random_model(n_block=n_block, n_head=n_head, continuous_actions=continuous)
     obs = torch.randn(256, 3, 18)
     with torch.no_grad():
-        x, avail = model.agent_inputs(obs, None)
+        x, avail = model.agent_inputs(obs, None), all_actions(spec, obs)
         actions, logprobs, outs = model.decode_autoregressive(
             model.encode(x), avail, all_alive(obs), deterministic=False
         )
-        tf_logprobs, tf_entropy = model.evaluate_actions(obs, actions, all_alive(obs))
+        tf_logprobs, tf_entropy = model.evaluate_actions(obs, actions, all_alive(obs), all_actions(spec, obs))
     torch.testing.assert_close(tf_logprobs, logprobs, atol=1e-5, rtol=0)
     torch.testing.assert_close(
         tf_entropy, m.action_distribution(outs, avail, model.std_logit).entropy(), atol=1e-5, rtol=0
@@ -188,8 +193,8 @@ def test_autoregressive_logprobs_equal_teacher_forced_ones(n_block, n_head, cont
 def test_cached_decoding_equals_full_re_decode(n_agents, continuous):
     model, spec = random_model(n_agents=n_agents, n_block=2, n_head=2, continuous_actions=continuous)
     obs = torch.randn(128, n_agents, spec.obs_dim)
-    with torch.no_grad():
-        x, avail = model.agent_inputs(obs, None)
+    with torch.no_grad():  # each agent's turn under its own mask
+        x, avail = model.agent_inputs(obs, None), random_masks(spec, obs)
         obs_rep = model.encode(x)
         results = []
         for decode in (
@@ -210,9 +215,9 @@ def test_model_shapes(env_id):
     model, spec = random_model(env_id, n_agents)
     assert (spec.obs_dim, spec.action_dim, spec.state_dim) == (obs_dim, action_dim, state_dim)
     obs, state = torch.randn(7, n_agents, obs_dim), torch.randn(7, state_dim)
-    actions, logprobs = model.act(obs, all_alive(obs))
+    actions, logprobs = model.act(obs, all_alive(obs), all_actions(spec, obs))
     assert actions.shape == logprobs.shape == (7, n_agents) and actions.dtype == torch.long
-    logprob, entropy = model.evaluate_actions(obs, actions, all_alive(obs))
+    logprob, entropy = model.evaluate_actions(obs, actions, all_alive(obs), all_actions(spec, obs))
     assert logprob.shape == entropy.shape == model.get_value(obs, state).shape == (7, n_agents)
 
 
@@ -229,6 +234,8 @@ def test_first_ppo_epoch_starts_on_policy(continuous):
         for weight in agent.parameters():
             weight.normal_(0.0, 0.5)
     buffer = random_rollout(agent, spec, 5, 2)
+    if not continuous:
+        assert_no_unavailable_action(buffer)
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(5, 2, 3), torch.randn(5, 2, 3), args)
     assert stats["ratio"] == pytest.approx(1.0, abs=1e-6)
     assert stats["clipfrac"] == 0.0 and stats["approx_kl"] == pytest.approx(0.0, abs=1e-7)
@@ -272,6 +279,10 @@ def test_one_agent_trains(tmp_path, run_script):
     """Spread with a single agent: a sequence of one, no teammate to observe or collide with."""
     result = run_script(tmp_path, "--n-agents", "1", "--preset", "tuned", *TINY)
     assert "step       200/200" in result.stdout
+
+
+def test_the_envs_action_masks_are_obeyed(tmp_path, run_script):
+    assert_action_masks_are_obeyed(run_script, tmp_path)
 
 
 def test_save_model_then_test_mode_with_video(tmp_path, run_script):
