@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import functools
 import importlib.util
+import itertools
 import os
 import signal
 import sys
@@ -143,6 +144,8 @@ class Args:
     """environment steps between deterministic evaluations; 0: 50k, or 30 iterations where those are more steps"""
     n_eval_episodes: int = 32
     """episodes per evaluation (one per evaluation env)"""
+    eval_max_steps: int = 10_000
+    """steps after which an evaluation episode ends if the env has not ended it (one without a time limit never does)"""
     log_interval: int = 20_000
     """environment steps between progress lines"""
 
@@ -627,13 +630,14 @@ def main(args: Args) -> dict:
         args = dataclasses.replace(args, gamma=round(min(max(1 - 4 / (spec.episode_limit or 400), 0.9), 0.99), 3))
         print(f"gamma {args.gamma}, from the env's time limit: {spec.episode_limit or 'none in 400'} steps")
 
+    if not spec.episode_limit or spec.episode_limit > args.eval_max_steps:  # a continuing task, say
+        print(f"--eval-max-steps: evaluation episodes end after {args.eval_max_steps:,} steps unless the env ends them")
     run_dir = f"runs/{args.env_id.replace(':', '.')}__{args.exp_name}__{args.seed}__{int(time.time())}"
     checkpoint, resumed_step = None, None
     if args.resume:
         checkpoint = load_checkpoint(args.resume, device)
         check_resume(args, checkpoint)
         run_dir, resumed_step = os.path.dirname(os.path.abspath(args.resume)), checkpoint["global_step"]
-    run_name = os.path.basename(run_dir)
     T, n_envs = args.episode_length, args.n_rollout_threads
     num_iterations = args.total_timesteps // (T * n_envs)
     apart = 30 * T * n_envs  # default evaluations and checkpoints 30 iterations apart at least (4,096 envs: 3M steps)
@@ -642,6 +646,9 @@ def main(args: Args) -> dict:
     else:  # any PettingZoo parallel env, through gymnasium's vector envs
         envs = PettingZooVecEnv(spec, n_envs, args.seed, device, args.async_envs)
     eval_envs = PettingZooVecEnv(spec, args.n_eval_episodes, args.seed, device, args.async_envs, args.capture_video)
+    if not args.resume:  # a folder of its own, even beside a run started in the same second
+        run_dir = new_run_dir(run_dir)
+    run_name = os.path.basename(run_dir)
     with StopRequest() as stop, start_logging(run_dir, args, resumed_step) as writer:
         agent, value_norm, optimizer = build_agent(spec, args, device, compiled)
         initial_lrs = [group["lr"] for group in optimizer.param_groups]  # before a resume loads decayed ones
@@ -702,9 +709,10 @@ def main(args: Args) -> dict:
             last = iteration == num_iterations
             if due(global_step, args.eval_interval or max(50_000, apart), global_step - progress.eval_step) or last:
                 video = f"videos/{run_name}/eval_{global_step}.mp4"
-                returns = evaluate_and_record(agent, eval_envs, args, writer, global_step, video)
-                progress.eval_return, progress.eval_step = float(returns.mean()), global_step
-                writer.add_scalar("eval/episodic_return", progress.eval_return, global_step)
+                returns = evaluate_and_record(agent, eval_envs, args, writer, global_step, video, stop)
+                if stop.signal is None:  # an evaluation a stop request cut short is none: due again after a resume
+                    progress.eval_return, progress.eval_step = float(returns.mean()), global_step
+                    writer.add_scalar("eval/episodic_return", progress.eval_return, global_step)
                 if progress.eval_return > progress.best_eval:
                     progress.best_eval = progress.eval_return
                     if args.save_model:
@@ -732,8 +740,9 @@ def main(args: Args) -> dict:
             line += f"; the run up to step {global_step:,} is kept: fix the env, add --resume {run_dir}/checkpoint.pt"
         raise SystemExit(line)
     summary = f"run in {run_dir}, with checkpoint.pt"
-    if args.save_model:
-        summary += f", model.pt and best_model.pt (best eval {progress.best_eval:.3f})"
+    if args.save_model:  # best_model.pt from the first evaluation on
+        best = f" and best_model.pt (best eval {progress.best_eval:.3f})" if np.isfinite(progress.best_eval) else ""
+        summary += f", model.pt{best}"
     if stop.signal is not None:
         how = f"stopped by {signal.Signals(stop.signal).name} at step {global_step:,}"
         print(f"{how}; {summary}; to go on, add --resume {run_dir}/checkpoint.pt")
@@ -1228,13 +1237,16 @@ class PettingZooVecEnv:
 
 
 @torch.no_grad()
-def evaluate(agent: nn.Module, envs: PettingZooVecEnv, seed: int):
-    """One greedy episode in each env, env k reset with `seed + k` (every evaluation plays the same episodes):
-    their per-agent returns (n_envs, n_agents), and the frames (T + 1, H, W, 3) of env 0's if it renders."""
+def evaluate(agent: nn.Module, envs: PettingZooVecEnv, seed: int, max_steps: int, stop: StopRequest | None = None):
+    """One greedy episode in each env, env k reset with `seed + k` (every evaluation plays the same episodes), ended by
+    the env or after `max_steps` steps, or cut short by a stop request: their per-agent returns (n_envs, n_agents),
+    and the frames (T + 1, H, W, 3) of env 0's if it renders."""
     envs.reset(seed)
     returns = torch.zeros(envs.n_envs, len(envs.spec.agents), device=envs.device)
     playing = torch.ones(envs.n_envs, dtype=torch.bool, device=envs.device)  # in its first episode still
-    while playing.any():
+    for _ in range(max_steps):
+        if not playing.any() or (stop is not None and stop.signal is not None):
+            break
         obs, _, alive, avail = envs.observe()
         step = envs.step(agent.act(obs, alive, avail, deterministic=True)[0])
         returns += step.rewards * playing[:, None]
@@ -1243,10 +1255,10 @@ def evaluate(agent: nn.Module, envs: PettingZooVecEnv, seed: int):
     return returns.cpu().numpy(), np.stack(frames) if frames else None
 
 
-def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args: Args, writer, step: int, video: str | None):
+def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args: Args, writer, step: int, video: str | None, stop):
     """The greedy policy's per-agent returns (n_episodes, n_agents), in episodes seeded apart from training's;
     with --capture-video the first episode also goes to the mp4 file `video` and to TensorBoard."""
-    returns, frames = evaluate(agent, eval_envs, args.seed + 100_000)
+    returns, frames = evaluate(agent, eval_envs, args.seed + 100_000, args.eval_max_steps, stop)
     if frames is not None:
         os.makedirs(os.path.dirname(video), exist_ok=True)
         imageio.mimwrite(video, frames, fps=10, macro_block_size=1)
@@ -1300,7 +1312,8 @@ def restore(checkpoint: dict, agent: nn.Module, value_norm, optimizer, path: str
 # Flags that steer a run without changing what it learns: a resumed run may set them anew.
 RUN_CONTROL_ARGS = frozenset(
     "exp_name cuda track wandb_project_name wandb_entity capture_video save_model eval_checkpoint eval_n_agents resume "
-    "checkpoint_interval total_timesteps eval_interval n_eval_episodes log_interval n_training_threads compile".split()
+    "checkpoint_interval total_timesteps eval_interval n_eval_episodes eval_max_steps log_interval n_training_threads "
+    "compile".split()
 )
 
 
@@ -1369,7 +1382,7 @@ def resume_training(checkpoint: dict, envs: VecEnv, episode_returns: EpisodeRetu
 def range_errors(args) -> list[str]:
     """One message per numeric flag outside the values it can work with; flags a script does not have are skipped."""
     counts = "n_rollout_threads n_agents max_cycles episode_length ppo_epoch num_mini_batch hidden_size n_block"
-    counts += " n_embd n_head n_eval_episodes log_interval"
+    counts += " n_embd n_head n_eval_episodes eval_max_steps log_interval"
     chosen = "n_training_threads eval_interval checkpoint_interval"  # 0: the script chooses
     rules = [  # (valid values, the test, the flags it applies to); NaN fails every test
         ("at least 1", lambda v: v >= 1, counts),
@@ -1483,6 +1496,16 @@ class EpisodeReturns:
         return means if count else None
 
 
+def new_run_dir(base: str) -> str:
+    """Makes the folder of a new run: `base`, or `base_2`, `base_3`, ... where a run started in the same second has
+    taken it (os.mkdir fails on a folder that exists, also when two processes race for it)."""
+    os.makedirs(os.path.dirname(base), exist_ok=True)
+    for n in itertools.count(1):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(run_dir := f"{base}_{n}" if n > 1 else base)
+            return run_dir
+
+
 def start_logging(run_dir: str, args: Args, resumed_step: int | None):
     """A TensorBoard writer for `run_dir` with a table of the arguments; mirrored to wandb with --track. A resumed
     run appends to its folder (and wandb run), hiding what the stopped run logged after `resumed_step`."""
@@ -1526,7 +1549,7 @@ def run_evaluation_only(args: Args, device: torch.device):
     with --capture-video the video goes to the training run's folder, at the model's training step."""
     checkpoint = load_checkpoint(args.eval_checkpoint, device)
     saved = {k: v for k, v in checkpoint["args"].items() if k in {f.name for f in dataclasses.fields(Args)}}
-    keep = ("eval_checkpoint", "n_eval_episodes", "capture_video", "seed", "cuda", "compile", "eval_n_agents")
+    keep = "eval_checkpoint n_eval_episodes eval_max_steps capture_video seed cuda compile eval_n_agents".split()
     args = dataclasses.replace(Args(**saved), **{k: v for k, v in vars(args).items() if k in keep})
     if args.eval_n_agents and not args.nearest_k:
         raise SystemExit(f"error: --eval-n-agents needs a checkpoint trained with --nearest-k: {args.eval_checkpoint}")
@@ -1543,7 +1566,7 @@ def run_evaluation_only(args: Args, device: torch.device):
     run_dir, step = os.path.dirname(os.path.abspath(args.eval_checkpoint)), checkpoint["global_step"]
     video = os.path.join("videos", os.path.basename(run_dir), f"test_{step}.mp4") if args.capture_video else None
     with SummaryWriter(run_dir) if video else contextlib.nullcontext() as writer:
-        returns = evaluate_and_record(agent, envs, args, writer, step, video)
+        returns = evaluate_and_record(agent, envs, args, writer, step, video, None)
     per_agent = ", ".join(f"{a} {r:.3f}" for a, r in zip(envs.spec.agents, returns.mean(axis=0)))
     print(
         f"{args.eval_checkpoint} (trained {step} steps on {args.env_id}): eval episodic_return "

@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -47,18 +48,19 @@ def run_script(request):
 
 @pytest.fixture
 def stop_script(request):
-    """`stop_script(cwd, signal_name, *flags)` starts the test module's SCRIPT, waits for its first progress line,
-    then sends it "SIGINT" or "SIGTERM". Returns the exit code, stdout and stderr."""
+    """`stop_script(cwd, signal_name, *flags, delay=0)` starts the test module's SCRIPT, waits for its first progress
+    line and `delay` seconds, then sends it "SIGINT" or "SIGTERM". Returns the exit code, stdout and stderr."""
     script = os.path.join(ROOT, request.module.SCRIPT)
 
-    def run(cwd, signal_name, *flags) -> tuple[int, str, str]:
+    def run(cwd, signal_name, *flags, delay: float = 0.0) -> tuple[int, str, str]:
         env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
         command = [sys.executable, script, *flags]
         proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         first_line = proc.stdout.readline()
-        while first_line.startswith(("training on", "gamma")):  # where it trains, and with which discount
+        while first_line.startswith(("training on", "gamma", "--eval-max-steps", "warning")):  # the start-up lines
             first_line = proc.stdout.readline()
         assert first_line.startswith("step"), first_line + proc.stderr.read()[-2000:]
+        time.sleep(delay)  # into the next iteration
         proc.send_signal(getattr(signal, signal_name))
         out, err = proc.communicate(timeout=120)
         return proc.returncode, first_line + out, err
@@ -76,8 +78,9 @@ def assert_stops_cleanly(stop_script, cwd):
     assert code == 130 and err == "", err[-2000:]
     (last,) = [line for line in out.splitlines() if not line.startswith("step")]
     (run_name,) = os.listdir(cwd / "runs")
-    assert last.startswith("stopped by SIGINT at step ") and f"runs/{run_name}, with checkpoint.pt, model.pt" in last
-    assert {"checkpoint.pt", "model.pt"} <= set(os.listdir(cwd / "runs" / run_name))
+    assert last.startswith("stopped by SIGINT at step ") and f"runs/{run_name}, with checkpoint.pt, model.pt;" in last
+    assert set(os.listdir(cwd / "runs" / run_name)) >= {"checkpoint.pt", "model.pt"}  # no evaluation: no best model
+    assert "best_model.pt" not in os.listdir(cwd / "runs" / run_name)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, message: str):
@@ -153,6 +156,29 @@ def assert_resume_is_exact(run_script, cwd, *flags):
     logged = logged_scalars(straight)
     assert {"losses/policy_loss", "losses/value_loss", "eval/episodic_return"} <= logged.keys()
     assert logged["losses/policy_loss"][-1][0] == 800 and logged == logged_scalars(halves)
+
+
+# An env where nobody dies and no time limit ends an episode (a continuing task)
+CONTINUING = ["--env-id", "tests.dying_env", "--env-kwargs", "death_step", "0", "max_cycles", "1000000000"]
+
+
+def assert_evaluations_of_a_continuing_task_end(stop_script, run_script, cwd):
+    """Evaluation episodes end after --eval-max-steps steps (said at start); a stop request ends an evaluation that
+    would not end for hours: the run stops at once with its checkpoint, that evaluation not recorded (due again)."""
+    (cwd / "capped").mkdir(), (cwd / "stopped").mkdir()
+    result = run_script(cwd / "capped", *CONTINUING, *TINY, "--eval-max-steps", "30")
+    assert "--eval-max-steps: evaluation episodes end after 30 steps unless the env ends them" in result.stdout
+    assert [step for step, _ in logged_scalars(next((cwd / "capped" / "runs").iterdir()))["eval/episodic_return"]] == [
+        100,
+        200,
+    ]
+    flags = ["--n-rollout-threads", "4", "--n-eval-episodes", "2", "--log-interval", "100", "--eval-interval", "200"]
+    stopped = [*CONTINUING, *flags, "--eval-max-steps", "1000000000"]
+    code, out, err = stop_script(cwd / "stopped", "SIGTERM", *stopped, delay=2.0)  # in the evaluation at step 200
+    assert code == 143 and err == "" and out.splitlines()[-1].startswith("stopped by SIGTERM at step 200;"), out + err
+    (run_dir,) = (cwd / "stopped" / "runs").iterdir()
+    progress = torch.load(run_dir / "checkpoint.pt", weights_only=True)["progress"]
+    assert progress["global_step"] == 200 and progress["eval_step"] == 0
 
 
 def assert_sigterm_checkpoint_resumes(stop_script, run_script, cwd):

@@ -4,6 +4,7 @@ import dataclasses
 import importlib
 import os
 import sys
+import time
 import typing
 from types import SimpleNamespace
 
@@ -27,6 +28,7 @@ from conftest import (  # noqa: E402
     assert_action_masks_are_obeyed,
     assert_an_env_fault_keeps_the_last_update,
     assert_bad_resumes_are_refused,
+    assert_evaluations_of_a_continuing_task_end,
     assert_no_unavailable_action,
     assert_one_line_error,
     assert_resume_is_exact,
@@ -557,7 +559,7 @@ def test_evaluation_plays_mpe2_itself():
     for actor in agent.actors:  # logits far from uniform, so that the greedy actions vary
         torch.nn.init.normal_(actor[-1].weight, std=1.0)
     envs = m.PettingZooVecEnv(m.get_env_spec(env_id, scenario(env_id)), 3, 0, CPU)
-    returns, frames = m.evaluate(agent, envs, 10)
+    returns, frames = m.evaluate(agent, envs, 10, 1000)
     assert returns.shape == (3, 2) and frames is None
     for k in range(3):
         env = importlib.import_module(f"mpe2.{env_id}").parallel_env(max_cycles=25)
@@ -862,6 +864,25 @@ def test_sigterm_stops_like_ctrl_c(tmp_path, stop_script):
 
 def test_ctrl_c_ends_the_run_with_one_line(tmp_path, stop_script):
     assert_stops_cleanly(stop_script, tmp_path)
+
+
+def test_evaluations_of_a_continuing_task_end(tmp_path, stop_script, run_script):
+    assert_evaluations_of_a_continuing_task_end(stop_script, run_script, tmp_path)
+
+
+def test_a_run_never_writes_into_another_runs_folder(tmp_path, monkeypatch):
+    """Runs of one script, env and seed started in the same second (a sweep launched at once) each get a folder:
+    `new_run_dir` takes the next free suffix; main, finding its name taken, writes to the `_2` folder."""
+    base = str(tmp_path / "runs" / "simple_spread_v3__mappo_mpe__1__1800000000")
+    assert [m.new_run_dir(base) for _ in range(3)] == [base, f"{base}_2", f"{base}_3"]
+    monkeypatch.chdir(tmp_path)
+    now = int(time.time())
+    taken = [f"runs/simple_spread_v3__taken__1__{t}" for t in range(now, now + 60)]  # whatever second main starts in
+    for folder in taken:
+        os.makedirs(folder)
+    run_name = m.main(m.parse_args([*TINY, "--exp-name", "taken"]))["run_name"]
+    assert run_name.endswith("_2") and f"runs/{run_name[:-2]}" in taken and not os.listdir(f"runs/{run_name[:-2]}")
+    assert "checkpoint.pt" in os.listdir(f"runs/{run_name}")
 
 
 @pytest.mark.parametrize("flags", [[], ["--continuous-actions", "--episode-length", "10"]])
@@ -1221,7 +1242,7 @@ def test_evaluation_records_the_first_episode_when_its_env_renders():
     agent = m.Agent(spec, m.Args())
     envs = m.PettingZooVecEnv(spec, n_envs=2, seed=0, device=CPU, render_first=True)
     assert [env.render_mode for env in envs.envs.envs] == ["rgb_array", None]
-    returns, frames = m.evaluate(agent, envs, 0)
+    returns, frames = m.evaluate(agent, envs, 0, 1000)
     assert returns.shape == (2, 3) and frames.shape == (6, 700, 700, 3) and frames.dtype == np.uint8
     assert frames.std() > 0
 

@@ -20,6 +20,7 @@ from conftest import (  # noqa: E402
     assert_action_masks_are_obeyed,
     assert_an_env_fault_keeps_the_last_update,
     assert_bad_resumes_are_refused,
+    assert_evaluations_of_a_continuing_task_end,
     assert_no_unavailable_action,
     assert_one_line_error,
     assert_resume_is_exact,
@@ -432,6 +433,10 @@ def test_continuous_actions_save_model_then_test_mode_with_video(tmp_path, run_s
 
 def test_ctrl_c_ends_the_run_with_one_line(tmp_path, stop_script):
     assert_stops_cleanly(stop_script, tmp_path)
+
+
+def test_evaluations_of_a_continuing_task_end(tmp_path, stop_script, run_script):
+    assert_evaluations_of_a_continuing_task_end(stop_script, run_script, tmp_path)
 
 
 @pytest.mark.parametrize("flags", [[], ["--continuous-actions", "--episode-length", "10"]])
