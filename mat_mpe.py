@@ -1150,10 +1150,11 @@ class PettingZooEnv(gymnasium.Env):
     def stack(self, observations: dict) -> np.ndarray:
         """(n_agents, obs_dim) float32: the observations of the agents in `observations`, zeros for the others."""
         obs = np.zeros(self.observation_space.shape, dtype=np.float32)
+        if self.env_spec.action_masks == "observation":  # Dict observations: what the networks take
+            observations = {agent: own["observation"] for agent, own in observations.items()}
         for i, agent in enumerate(self.env_spec.agents):
             if agent in observations:
-                own = observations[agent]["observation"] if self.env_spec.action_masks == "observation" else None
-                flat = np.asarray(observations[agent] if own is None else own, dtype=np.float32).ravel()
+                flat = np.asarray(observations[agent], dtype=np.float32).ravel()
                 obs[i, : len(flat)] = flat
         return obs
 
@@ -1237,7 +1238,7 @@ class PettingZooVecEnv:
 
 
 @torch.no_grad()
-def evaluate(agent: nn.Module, envs: PettingZooVecEnv, seed: int, max_steps: int, stop: StopRequest | None = None):
+def evaluate(agent: nn.Module, envs: PettingZooVecEnv, seed: int, max_steps: int, stop: StopRequest | None):
     """One greedy episode in each env, env k reset with `seed + k` (every evaluation plays the same episodes), ended by
     the env or after `max_steps` steps, or cut short by a stop request: their per-agent returns (n_envs, n_agents),
     and the frames (T + 1, H, W, 3) of env 0's if it renders."""

@@ -559,7 +559,7 @@ def test_evaluation_plays_mpe2_itself():
     for actor in agent.actors:  # logits far from uniform, so that the greedy actions vary
         torch.nn.init.normal_(actor[-1].weight, std=1.0)
     envs = m.PettingZooVecEnv(m.get_env_spec(env_id, scenario(env_id)), 3, 0, CPU)
-    returns, frames = m.evaluate(agent, envs, 10, 1000)
+    returns, frames = m.evaluate(agent, envs, 10, 1000, None)
     assert returns.shape == (3, 2) and frames is None
     for k in range(3):
         env = importlib.import_module(f"mpe2.{env_id}").parallel_env(max_cycles=25)
@@ -1242,7 +1242,7 @@ def test_evaluation_records_the_first_episode_when_its_env_renders():
     agent = m.Agent(spec, m.Args())
     envs = m.PettingZooVecEnv(spec, n_envs=2, seed=0, device=CPU, render_first=True)
     assert [env.render_mode for env in envs.envs.envs] == ["rgb_array", None]
-    returns, frames = m.evaluate(agent, envs, 0, 1000)
+    returns, frames = m.evaluate(agent, envs, 0, 1000, None)
     assert returns.shape == (2, 3) and frames.shape == (6, 700, 700, 3) and frames.dtype == np.uint8
     assert frames.std() > 0
 
