@@ -24,6 +24,7 @@ import functools
 import importlib.util
 import itertools
 import os
+import random
 import signal
 import sys
 import time
@@ -658,27 +659,29 @@ def main(args: Args) -> dict:
     if args.cuda and device.type == "cpu":
         print("warning: --cuda was given but no GPU is available; running on CPU")
     torch.manual_seed(args.seed)
-    torch.set_num_threads(args.n_training_threads or max(1, os.cpu_count() // 2))  # torch's own takes every core
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # ours to use
+    torch.set_num_threads(args.n_training_threads or max(1, cores // 2))  # torch's own takes every core
     torch.backends.cudnn.deterministic = args.torch_deterministic
     if args.eval_checkpoint is not None:
         run_evaluation_only(args, device)
         return {}
     spec = get_env_spec(args.env_id, scenario_kwargs(args))  # read from the env once; one it cannot train fails here
+    random.seed(args.seed)  # for an env that draws from Python's or numpy's generator (the probe seeded them with 0)
+    np.random.seed(args.seed)
     compiled = args.compile and device.type == "cuda"  # on a CPU compiling gains nothing
     check_memory(spec, args, device)
     print(f"training on {device.type}, torch threads: {torch.get_num_threads()}" + ", compiling first" * compiled)
-    if not args.gamma:  # none given: a horizon 1 / (1 - gamma) of a quarter of the env's time limit, 0.9 to 0.99
+    checkpoint = load_checkpoint(args.resume, device) if args.resume else None
+    if not args.gamma and checkpoint:  # a resumed run keeps the discount it began with
+        args = dataclasses.replace(args, gamma=checkpoint["args"]["gamma"])
+    elif not args.gamma:  # none given: a horizon 1 / (1 - gamma) of a quarter of the env's time limit, 0.9 to 0.99
         args = dataclasses.replace(args, gamma=round(min(max(1 - 4 / (spec.episode_limit or 400), 0.9), 0.99), 3))
         print(f"gamma {args.gamma}, from the env's time limit: {spec.episode_limit or 'none in 400'} steps")
 
     if not spec.episode_limit or spec.episode_limit > args.eval_max_steps:  # a continuing task, say
         print(f"--eval-max-steps: evaluation episodes end after {args.eval_max_steps:,} steps unless the env ends them")
-    run_dir = f"runs/{args.env_id.replace(':', '.')}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    checkpoint, resumed_step = None, None
-    if args.resume:
-        checkpoint = load_checkpoint(args.resume, device)
+    if checkpoint is not None:
         check_resume(args, checkpoint)
-        run_dir, resumed_step = os.path.dirname(os.path.abspath(args.resume)), checkpoint["global_step"]
     T, n_envs = args.episode_length, args.n_rollout_threads
     num_iterations = args.total_timesteps // (T * n_envs)
     apart = 30 * T * n_envs  # default evaluations and checkpoints 30 iterations apart at least (4,096 envs: 3M steps)
@@ -687,9 +690,11 @@ def main(args: Args) -> dict:
     else:  # any PettingZoo parallel env, through gymnasium's vector envs
         envs = PettingZooVecEnv(spec, n_envs, args.seed, device, args.async_envs)
     eval_envs = PettingZooVecEnv(spec, args.n_eval_episodes, args.seed, device, args.async_envs, args.capture_video)
-    if not args.resume:  # a folder of its own, even beside a run started in the same second
-        run_dir = new_run_dir(run_dir)
-    run_name = os.path.basename(run_dir)
+    run_dir = f"runs/{args.env_id.replace(':', '.')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_dir = (
+        os.path.dirname(os.path.abspath(args.resume)) if args.resume else new_run_dir(run_dir)
+    )  # a new one: its own
+    resumed_step = checkpoint["global_step"] if checkpoint else None
     with StopRequest() as stop, start_logging(run_dir, args, resumed_step) as writer:
         agent, value_norm, optimizer = build_agent(spec, args, device, compiled)
         initial_lrs = [group["lr"] for group in optimizer.param_groups]  # before a resume loads decayed ones
@@ -702,7 +707,9 @@ def main(args: Args) -> dict:
             restore(checkpoint, agent, value_norm, optimizer, args.resume)
             progress = Progress(**checkpoint["progress"])
             resume_training(checkpoint, envs, episode_returns)
-        start_time, start_step = time.time(), progress.global_step
+        start_time, start_step, losses = time.time(), progress.global_step, {}
+        if progress.iteration == num_iterations:  # resumed after a stop in its final evaluation: what is left of it
+            evaluate_and_keep_best(agent, value_norm, optimizer, eval_envs, args, writer, progress, run_dir, stop)
 
         for iteration in range(progress.iteration + 1, num_iterations + 1):
             if args.linear_lr_decay:
@@ -749,15 +756,7 @@ def main(args: Args) -> dict:
             # 5. Evaluate the greedy policy, keeping the best model
             last = iteration == num_iterations
             if due(global_step, args.eval_interval or max(50_000, apart), global_step - progress.eval_step) or last:
-                video = f"videos/{run_name}/eval_{global_step}.mp4"
-                returns = evaluate_and_record(agent, eval_envs, args, writer, global_step, video, stop)
-                if stop.signal is None:  # an evaluation a stop request cut short is none: due again after a resume
-                    progress.eval_return, progress.eval_step = float(returns.mean()), global_step
-                    writer.add_scalar("eval/episodic_return", progress.eval_return, global_step)
-                if progress.eval_return > progress.best_eval:
-                    progress.best_eval = progress.eval_return
-                    if args.save_model:
-                        save_checkpoint(f"{run_dir}/best_model.pt", agent, value_norm, optimizer, args, global_step)
+                evaluate_and_keep_best(agent, value_norm, optimizer, eval_envs, args, writer, progress, run_dir, stop)
 
             if due(global_step, args.log_interval, T * n_envs) or last or first:  # the first within seconds
                 total_steps = num_iterations * T * n_envs
@@ -771,7 +770,7 @@ def main(args: Args) -> dict:
                 break
 
         if args.save_model:
-            save_checkpoint(f"{run_dir}/model.pt", agent, value_norm, optimizer, args, global_step)
+            save_checkpoint(f"{run_dir}/model.pt", agent, value_norm, optimizer, args, progress.global_step)
     if stop.env_error is not None:  # the user's env failed: keep the last completed update, as a stop does
         line = f"error: {stop.env_error} at env step {progress.global_step:,}"
         if progress.iteration * T * n_envs > (resumed_step or 0):  # an update of this process's: keep it
@@ -785,10 +784,11 @@ def main(args: Args) -> dict:
         best = f" and best_model.pt (best eval {progress.best_eval:.3f})" if np.isfinite(progress.best_eval) else ""
         summary += f", model.pt{best}"
     if stop.signal is not None:
-        how = f"stopped by {signal.Signals(stop.signal).name} at step {global_step:,}"
+        how = f"stopped by {signal.Signals(stop.signal).name} at step {progress.global_step:,}"
         print(f"{how}; {summary}; to go on, add --resume {run_dir}/checkpoint.pt")
         raise SystemExit(128 + stop.signal)
     print(summary)
+    run_name, global_step = os.path.basename(run_dir), progress.global_step
     return {"run_name": run_name, "losses": losses, "best_eval": progress.best_eval, "global_step": global_step}
 
 
@@ -839,6 +839,10 @@ def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
         env = maker(**scenario, **rendering if render_mode else {})
     except Exception as e:  # a missing module or keyword, or any error of the env's own constructor
         raise SystemExit(f"error: --env-id {env_id}: cannot make an env of {module}: {e!r}") from None
+    if hasattr(env, "agent_iter") or not hasattr(env, "possible_agents"):  # an AEC env's agents act in turn
+        found = "an AEC env" if hasattr(env, "agent_iter") else f"{type(env).__name__}, without possible_agents"
+        needed = "a PettingZoo parallel env: a module's parallel_env, or pettingzoo.utils.aec_to_parallel(env)"
+        raise SystemExit(f"error: --env-id {env_id}: made {found}; the scripts take {needed}")
     if render_mode is None and module.startswith("mpe2."):
         env.unwrapped.screen = None  # frees the 700x700 drawing surface (~2 MB) every mpe2 env holds
     return env
@@ -847,7 +851,7 @@ def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
 def import_path(path: str):
     """The module at the import path, else the attribute its last part names (`module:name` or `module.name`: a
     package's `mamujoco_v1`, a module's class)."""
-    module, _, name = path.rpartition(":") if ":" in path else path.rpartition(".")
+    module, _, name = (path := path.replace(":", ".")).rpartition(".")
     try:
         return importlib.import_module(path)
     except ModuleNotFoundError as e:
@@ -859,6 +863,8 @@ def import_path(path: str):
 def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
     """The env's spaces, read from it; what the networks cannot take is one error line. The state is env.state()
     where it is a Box of at most MAX_INPUTS numbers (flattened, as the observations), else the observations joined."""
+    random.seed(0)  # the probe plays the same way every time, also an env that draws from these generators
+    np.random.seed(0)
     env = make_env(env_id, scenario)
     first = call_env(env_id, env, "reset", seed=0)  # (observations, infos)
     agents, box = env.possible_agents, lambda s: isinstance(s, gymnasium.spaces.Box) and np.prod(s.shape) <= MAX_INPUTS
@@ -891,37 +897,57 @@ def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
         entities = ((n, (4,)), (n - 1, (others, others + 2 * (n - 1))))
     spec = EnvSpec(agents, obs_dim, len(avail[0]), 0, avail, continuous, masks, False, 0, entities, env_id, scenario)
     state_space = getattr(env, "state_space", None)
-    has_state, episode_limit = probe_env(spec, env, first, box(state_space))
-    state_dim = int(np.prod(state_space.shape)) if has_state else len(agents) * obs_dim
-    return spec._replace(state_dim=state_dim, has_state=has_state, episode_limit=episode_limit)
+    return probe_env(spec, env, first, state_space if box(state_space) else None)
 
 
-def probe_env(spec: EnvSpec, env, first: tuple, has_state_space: bool) -> tuple[bool, int]:
+TIME_LIMITS = ("max_cycles", "max_steps", "max_episode_steps", "episode_limit", "time_limit", "limit")  # attributes
+
+
+def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
     """Plays the env from its `first` (observations, infos) with seeded random actions among the available ones (400
-    steps at most), calling state() where training does and reading its action masks (`read_masks`). Gives whether it
-    has a state (a Box state_space; state() answered) and its time limit (`max_cycles`, else measured; 0: none)."""
+    steps at most), calling state() where training does (`env_state`) and reading its action masks (`read_masks`).
+    Gives `spec` with the env's time limit (an attribute of TIME_LIMITS, else measured; 0: none met) and the state of
+    `state_space`, but where it is None or state() fails once an agent left (with all in the episode: an EnvError)."""
     env_id, (observations, infos), sizes = spec.env_id, first, spec.avail_actions.sum(axis=1)
-    problem, truncated, length = None if has_state_space else "it has no Box state_space", False, 0
+    problem = None if state_space else f"--env-id {env_id}: it has no Box state_space of at most {MAX_INPUTS} numbers"
+    truncated, length = False, 0
+    spec = spec._replace(has_state=True, state_dim=int(np.prod(state_space.shape))) if state_space else spec
     joint_actions = gymnasium.spaces.Tuple([env.action_space(a) for a in spec.agents], seed=0)  # the same every time
     for _ in range(400):
-        try:  # as training: at a reset, while any agent plays, after the last step of a truncated episode
-            if problem is None and (env.agents or truncated):
-                env.state()
-        except Exception as e:
-            problem = f"its state() raised {e!r}"
-        if truncated:
-            break
         if not env.agents:  # the agents left (died): the next episode
             observations, infos = call_env(env_id, env, "reset")
             length = 0
+        try:  # as training: at a reset and while any agent plays (after the last step, see `PettingZooEnv.step`)
+            if problem is None:
+                env_state(spec, env, None)
+        except EnvError as e:
+            if len(env.agents) == len(spec.agents):
+                raise
+            problem = f"{e} once an agent left"
         masks = read_masks(spec, observations, infos, np.isin(spec.agents, env.agents))
         masks = tuple(m[:n].astype(np.int8) for m, n in zip(masks, sizes)) if spec.action_masks else None
         actions = {a: x for a, x in zip(spec.agents, joint_actions.sample(masks)) if a in env.agents}
         observations, _, _, truncations, infos = call_env(env_id, env, "step", actions)
-        truncated, length = any(truncations.values()) and not env.agents, length + 1
+        length += 1
+        if truncated := any(truncations.values()) and not env.agents:
+            break
     if problem is not None:
-        print(f"warning: --env-id {env_id}: {problem}; the critic takes the observations joined")
-    return problem is None, getattr(env.unwrapped, "max_cycles", 0) or (length if truncated else 0)
+        print(f"warning: {problem}; the critic takes the observations joined")
+        spec = spec._replace(has_state=False, state_dim=len(spec.agents) * spec.obs_dim)
+    unwrapped = getattr(env, "unwrapped", env)  # a class with PettingZoo's methods need not have it
+    kept = [n for name in TIME_LIMITS if isinstance(n := getattr(unwrapped, name, None), int) and n > 0]
+    return spec._replace(episode_limit=(kept + [length if truncated else 0])[0])
+
+
+def env_state(spec: EnvSpec, env, obs: np.ndarray | None) -> np.ndarray:
+    """(state_dim,) float32: env.state() flattened where the spec has a state, else the observations `obs` joined; a
+    state() of another size than its state_space is an EnvError."""
+    state = np.asarray(call_env(spec.env_id, env, "state") if spec.has_state else obs, dtype=np.float32).ravel()
+    if state.size != spec.state_dim:
+        raise EnvError(
+            f"--env-id {spec.env_id}: its state() has {state.size} numbers, its state_space {spec.state_dim}"
+        )
+    return state
 
 
 def read_masks(spec: EnvSpec, observations: dict, infos: dict, alive: np.ndarray) -> np.ndarray:
@@ -1182,10 +1208,11 @@ class PettingZooEnv(gymnasium.Env):
             self.action_space = gymnasium.spaces.Box(0.0, 1.0, (n_agents, spec.action_dim), np.float32)
 
     def env_action(self, agent: str, action: np.ndarray):
-        """The agent's action in its own space: a vector's own dimensions, clipped into [0, 1], scaled to its bounds."""
-        if not self.env_spec.continuous:
-            return int(action)
+        """The agent's action in its own space: an index from the space's `start`; a vector's own dimensions, clipped
+        into [0, 1], scaled to its bounds."""
         space = self.env.action_space(agent)
+        if not self.env_spec.continuous:
+            return int(space.start) + int(action)
         return space.low + action[: len(space.low)].clip(0.0, 1.0) * (space.high - space.low)
 
     def stack(self, observations: dict) -> np.ndarray:
@@ -1199,10 +1226,6 @@ class PettingZooEnv(gymnasium.Env):
                 obs[i, : len(flat)] = flat
         return obs
 
-    def state(self, obs: np.ndarray) -> np.ndarray:
-        state = call_env(self.env_id, self.env, "state") if self.env_spec.has_state else obs
-        return np.asarray(state, dtype=np.float32).ravel()
-
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         if seed is not None:  # the vector env's reset: a rendering env records the episode it begins
             self.frames, self.recording = [], self.render_mode is not None
@@ -1210,7 +1233,8 @@ class PettingZooEnv(gymnasium.Env):
         self.alive = np.ones(len(self.env_spec.agents), dtype=bool)
         self.frames += [call_env(self.env_id, self.env, "render")] if self.recording else []
         obs, avail = self.stack(observations), read_masks(self.env_spec, observations, infos, self.alive)
-        return obs, {"state": self.state(obs), "alive": self.alive, "avail": avail}
+        self.last_state = env_state(self.env_spec, self.env, obs)
+        return obs, {"state": self.last_state, "alive": self.alive, "avail": avail}
 
     def step(self, actions: np.ndarray):
         agents = self.env_spec.agents
@@ -1226,14 +1250,17 @@ class PettingZooEnv(gymnasium.Env):
         if self.env.agents:
             self.alive = np.isin(agents, self.env.agents)
             obs = info["last_obs"] * self.alive[:, None]
-            state, avail = self.state(obs), read_masks(self.env_spec, observations, infos, self.alive)
+            state = self.last_state = env_state(self.env_spec, self.env, obs)
+            avail = read_masks(self.env_spec, observations, infos, self.alive)
             return obs, 0.0, False, False, info | dict(last_state=state, state=state, alive=self.alive, avail=avail)
-        # The episode is over. Its last state bootstraps only a truncated episode's values (and multiwalker, for
-        # one, has none once a walker fell); then the next episode begins.
-        last_state = self.state(info["last_obs"]) if info["truncated"].any() else np.zeros(self.env_spec.state_dim)
-        self.recording = False
+        # The episode is over. Its last state bootstraps only a truncated episode's values; where state() cannot
+        # answer after the last step (one built from the agents still playing), the state before it stands in.
+        if info["truncated"].any():
+            with contextlib.suppress(EnvError):
+                self.last_state = env_state(self.env_spec, self.env, info["last_obs"])
+        last_state, self.recording = self.last_state, False
         obs, begin_info = self.reset()
-        return obs, 0.0, False, False, info | {"last_state": last_state.astype(np.float32)} | begin_info
+        return obs, 0.0, False, False, info | {"last_state": last_state} | begin_info
 
 
 class PettingZooVecEnv:
@@ -1309,6 +1336,20 @@ def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args: Args, writer, 
     return returns
 
 
+def evaluate_and_keep_best(agent, value_norm, optimizer, eval_envs, args: Args, writer, progress, run_dir, stop):
+    """Evaluates the greedy policy at `progress.global_step` and keeps the best model (best_model.pt with
+    --save-model); an evaluation that a stop request cut short is none, and is due again after a resume."""
+    step, video = progress.global_step, f"videos/{os.path.basename(run_dir)}/eval_{progress.global_step}.mp4"
+    returns = evaluate_and_record(agent, eval_envs, args, writer, step, video, stop)
+    if stop.signal is None:
+        progress.eval_return, progress.eval_step = float(returns.mean()), step
+        writer.add_scalar("eval/episodic_return", progress.eval_return, step)
+    if progress.eval_return > progress.best_eval:
+        progress.best_eval = progress.eval_return
+        if args.save_model:
+            save_checkpoint(f"{run_dir}/best_model.pt", agent, value_norm, optimizer, args, step)
+
+
 def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Args, global_step: int, **training):
     """Writes the model, with `training` (see `training_state`) for a training checkpoint, to a temporary file, then
     renames it: a run killed while writing never leaves a damaged checkpoint."""
@@ -1375,7 +1416,9 @@ def check_resume(args: Args, checkpoint: dict):
     ]
     if differing:
         raise SystemExit(f"error: {args.resume} was trained with other settings: {', '.join(differing)}")
-    if checkpoint["global_step"] + args.episode_length * args.n_rollout_threads > args.total_timesteps:
+    batch, progress = args.episode_length * args.n_rollout_threads, checkpoint["progress"]
+    final_owed = progress["eval_step"] < progress["global_step"] == args.total_timesteps // batch * batch
+    if checkpoint["global_step"] + batch > args.total_timesteps and not final_owed:
         raise SystemExit(
             f"error: {args.resume} is at step {checkpoint['global_step']:,} already; "
             f"give a larger --total-timesteps than {args.total_timesteps:,} to go on"

@@ -219,6 +219,35 @@ def assert_an_env_fault_keeps_the_last_update(run_script, cwd):
     assert torch.load(checkpoint, weights_only=False)["global_step"] == 80
 
 
+def assert_a_resume_finishes_the_final_evaluation(module, cwd):
+    """An env fault in the final evaluation (faulty_env's render, with --capture-video) keeps the run at its last step;
+    the same command with --resume (no video) makes that evaluation, best_model.pt and model.pt, and keeps the discount
+    of its checkpoint (0.95 written there) where the env's time limit would now give another (0.9). In-process: the
+    caller runs it in `cwd`."""
+    flags = [
+        *FAULT_FLAGS,
+        "--env-kwargs",
+        "fail",
+        "render",
+        "at_call",
+        "3",
+        "--eval-interval",
+        "1000000",
+        "--save-model",
+    ]
+    with pytest.raises(SystemExit, match=r"render\(\) raised .* at env step 400; the run up to step 400 is kept"):
+        module.main(module.parse_args([*flags, "--capture-video"]))
+    (run_dir,) = (cwd / "runs").iterdir()
+    saved = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    assert saved["progress"]["eval_step"] == 0 and saved["args"]["gamma"] == 0.9
+    torch.save({**saved, "args": {**saved["args"], "gamma": 0.95}}, run_dir / "checkpoint.pt")
+    result = module.main(module.parse_args([*flags, "--resume", str(run_dir / "checkpoint.pt")]))
+    assert result["global_step"] == 400 and result["best_eval"] > -float("inf")
+    assert [step for step, _ in logged_scalars(run_dir)["eval/episodic_return"]] == [400]
+    for name in ("model.pt", "best_model.pt"):
+        assert torch.load(run_dir / name, weights_only=False)["args"]["gamma"] == 0.95
+
+
 def assert_bad_resumes_are_refused(run_script, cwd, module):
     """A model-only file, changed algorithm arguments, a finished run, another script's checkpoint and one of an
     earlier version (its envs' states pickled by worker processes) are each refused with one line by

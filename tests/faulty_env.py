@@ -8,8 +8,8 @@ that step on, "wide" observations of 3 numbers where its space says 2 (until the
 reset given a seed from `at_call` to 99,999, as a resumed run's envs get (the evaluation envs' are above); "leave"
 terminates the last agent at step `at_call` of each episode, and `state()` then raises, as multiwalker's does once
 a walker fell (terminate_on_fall False); "joined_state" joins in `state()` the observations of the agents still
-playing, as many users write it, which raises once all have left, after the last step. Trained with `--env-id
-tests.faulty_env`.
+playing, as many users write it, which raises once all have left, after the last step; "wide_state" gives a state of
+one number more than its `state_space`. Trained with `--env-id tests.faulty_env`.
 """
 
 import numpy as np
@@ -67,6 +67,8 @@ class FaultyEnv(ParallelEnv):
     def state(self) -> np.ndarray:
         if self.goes_wrong("state") or self.fail == "leave" and len(self.agents) < len(self.possible_agents):
             raise RuntimeError("state failed on purpose")
+        if self.fail == "wide_state":
+            return np.zeros(self.state_space.shape[0] + 1, dtype=np.float32)
         observations = self.observe()  # "joined_state": of the agents still playing, none after the last step
         return np.concatenate([observations[a] for a in (self.agents if self.fail == "joined_state" else observations)])
 

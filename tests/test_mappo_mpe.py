@@ -25,6 +25,7 @@ from conftest import (  # noqa: E402
     STOP_FLAGS,
     TINY,
     all_actions,
+    assert_a_resume_finishes_the_final_evaluation,
     assert_action_masks_are_obeyed,
     assert_an_env_fault_keeps_the_last_update,
     assert_bad_resumes_are_refused,
@@ -977,8 +978,9 @@ def test_gymnasium_warnings_are_silenced_only_for_worker_processes(monkeypatch):
 
 
 def test_a_state_that_fails_once_an_agent_left_gives_the_critic_the_joined_observations(tmp_path, run_script, capsys):
-    """multiwalker without terminate_on_fall, and tests/faulty_env.py's "leave", raise in state() once an agent left:
-    the spec falls back to the observations joined, with one warning, and a run on such an env trains to its end.
+    """multiwalker without terminate_on_fall, and tests/faulty_env.py's "leave", raise in state() once an agent left
+    (with every agent in the episode that would be a fault of the env, test_a_state_that_cannot_be...): the spec falls
+    back to the observations joined, with one warning, and a run on such an env trains to its end.
     multiwalker's falls end its episodes before its time limit of 500 steps: the probe meets none (limit 0)."""
     walkers = m.get_env_spec("pettingzoo.sisl.multiwalker_v9", {"terminate_on_fall": False})
     assert not walkers.has_state and walkers.state_dim == 3 * walkers.obs_dim
@@ -991,8 +993,8 @@ def test_a_state_that_fails_once_an_agent_left_gives_the_critic_the_joined_obser
     result = run_script(tmp_path, *FAULT_FLAGS, *leaving)
     warnings = [line for line in result.stdout.splitlines() if line.startswith("warning:")]
     assert warnings == [
-        "warning: --env-id tests.faulty_env: its state() raised RuntimeError('state failed on purpose'); the critic "
-        "takes the observations joined"
+        "warning: --env-id tests.faulty_env: its state() raised RuntimeError('state failed on purpose') once an agent "
+        "left; the critic takes the observations joined"
     ]
     assert "run in runs/" in result.stdout
 
@@ -1104,23 +1106,23 @@ def test_the_users_env_is_made_as_written_and_what_cannot_be_made_is_one_line(tm
 
 
 def test_the_probe_reads_the_time_limit_and_calls_state_where_training_does(capsys):
-    """The start-up probe plays the env: its time limit, said by its `max_cycles` or else the length of the first
-    episode that a time limit ended (0: none within 400 steps, test_a_state_that_fails...), and state() checked where
-    training calls it, after a truncated episode's last step too: a state() built from the agents still playing
-    raises there (faulty_env's "joined_state"), one without a Box state_space is not used; each a warning line."""
+    """The start-up probe plays the env: its time limit, kept by the env (`max_cycles`, `limit`, ... TIME_LIMITS) or
+    else the length of the first episode that a time limit ended (0: none within 400 steps, test_a_state_that_fails...),
+    and state() checked where training calls it; a state() built from the agents still playing, which cannot answer
+    after the last step (faulty_env's "joined_state"), is the state (test_a_state_that_cannot_answer_after_the_last...);
+    one without a Box state_space of at most MAX_INPUTS numbers is not used, with a warning line."""
     assert (m.get_env_spec("tests.faulty_env", {"max_cycles": 100}).episode_limit, capsys.readouterr().out) == (100, "")
     assert m.get_env_spec("tests.arena_env", {}).episode_limit == 40
     assert m.get_env_spec("tests.faulty_env", {"max_cycles": 1000}).episode_limit == 1000  # beyond the probe's steps
     joined = m.get_env_spec("tests.faulty_env", {"fail": "joined_state"})
-    assert not joined.has_state and joined.episode_limit == 5 and joined.state_dim == 2 * joined.obs_dim
+    assert joined.has_state and joined.episode_limit == 5 and joined.state_dim == 2 * joined.obs_dim
     tutorial = m.get_env_spec("tests.tutorial_env:MeetEnv", {})
     assert (tutorial.has_state, tutorial.episode_limit, tutorial.obs_dim, tutorial.state_dim) == (False, 30, 4, 8)
     assert capsys.readouterr().out.splitlines() == [
-        "warning: --env-id tests.arena_env: it has no Box state_space; the critic takes the observations joined",
-        "warning: --env-id tests.faulty_env: its state() raised ValueError('need at least one array to concatenate'); "
-        "the critic takes the observations joined",
-        "warning: --env-id tests.tutorial_env:MeetEnv: it has no Box state_space; the critic takes the observations "
-        "joined",
+        "warning: --env-id tests.arena_env: it has no Box state_space of at most 4096 numbers; the critic takes the "
+        "observations joined",
+        "warning: --env-id tests.tutorial_env:MeetEnv: it has no Box state_space of at most 4096 numbers; the critic "
+        "takes the observations joined",
     ]
     with pytest.raises(m.EnvError, match=r"^--env-id tests.faulty_env: its step\(\) raised RuntimeError"):
         m.get_env_spec("tests.faulty_env", {"fail": "step"})  # the probe's step too: one error line (`__main__`)
@@ -1131,7 +1133,8 @@ def test_the_probe_reads_the_time_limit_and_calls_state_where_training_does(caps
 )
 def test_without_gamma_given_the_discount_follows_the_time_limit(limit, gamma, monkeypatch, capsys):
     """clip(1 - 4 / T, 0.9, 0.99), T the env's time limit (0: none met, 0.99), said in one line; a --gamma given is
-    kept and nothing is said. Read where the run would check a resume, so that nothing trains."""
+    kept and nothing is said; a resumed run keeps the discount of its checkpoint (0.93 here), whatever the env's time
+    limit says now. Read where the run would check a resume, so that nothing trains."""
 
     class Checked(Exception):
         pass
@@ -1139,19 +1142,22 @@ def test_without_gamma_given_the_discount_follows_the_time_limit(limit, gamma, m
     def check_resume(args, checkpoint):
         raise Checked(args.gamma)
 
-    spec = env_spec()._replace(episode_limit=limit)
+    spec, saved = env_spec()._replace(episode_limit=limit), {}
     for name, value in dict(
-        get_env_spec=lambda *_: spec, load_checkpoint=lambda *_: {}, check_resume=check_resume
+        get_env_spec=lambda *_: spec, load_checkpoint=lambda *_: saved, check_resume=check_resume
     ).items():
         monkeypatch.setattr(m, name, value)
-    for given, expected in ((0.0, gamma), (0.5, 0.5)):
+    derived = [f"gamma {gamma}, from the env's time limit: {limit or 'none in 400'} steps"]
+    for given, checkpoint, expected, said in (
+        (0.0, {}, gamma, derived),
+        (0.5, {}, 0.5, []),
+        (0.0, {"args": {"gamma": 0.93}}, 0.93, []),
+    ):
+        saved = checkpoint
         with pytest.raises(Checked) as chosen:
             m.main(tiny_args(gamma=given, resume="checkpoint.pt"))
-        said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("gamma")]
         assert chosen.value.args == (expected,)
-        assert said == (
-            [f"gamma {gamma}, from the env's time limit: {limit or 'none in 400'} steps"] if not given else []
-        )
+        assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("gamma")] == said
 
 
 def test_observations_and_state_of_several_dimensions_are_taken_flattened():
@@ -1226,7 +1232,7 @@ def test_a_run_takes_the_torch_threads_it_is_given(tmp_path, monkeypatch, capsys
     """Half the cores by default (one on two cores), so that two runs side by side keep their speed, said at the start;
     --n-training-threads sets others."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(16)), raising=False)
     before = torch.get_num_threads()
     try:
         for given, threads in ((3, 3), (m.Args().n_training_threads, 8)):
@@ -1324,3 +1330,8 @@ def test_an_agent_who_died_adds_nothing_to_the_update():
     assert abs(policy_loss.item()) > 0.01 and stats["policy_loss"] == pytest.approx(policy_loss.item(), rel=1e-5)
     assert stats["entropy"] == pytest.approx(entropy.item(), rel=1e-6)
     assert stats["value_loss"] == pytest.approx(value_loss.item(), rel=1e-5)
+
+
+def test_a_resume_after_a_fault_in_the_final_evaluation_finishes_the_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert_a_resume_finishes_the_final_evaluation(m, tmp_path)

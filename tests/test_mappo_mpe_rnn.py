@@ -16,6 +16,7 @@ from conftest import (  # noqa: E402
     NEAREST_3_COLUMNS,
     TINY,
     all_actions,
+    assert_a_resume_finishes_the_final_evaluation,
     assert_action_masks_are_obeyed,
     assert_an_env_fault_keeps_the_last_update,
     assert_bad_resumes_are_refused,
@@ -397,3 +398,8 @@ def test_nearest_k_gives_the_actor_one_input_size_at_any_team_size(n_agents):
     padded = torch.nn.functional.pad(m.sort_entities(obs, spec.entities), (0, 1))
     torch.testing.assert_close(agent.actor_input(obs), padded[..., NEAREST_3_COLUMNS[n_agents]], rtol=0, atol=0)
     assert agent.actor_input(obs).shape[-1] == 18
+
+
+def test_a_resume_after_a_fault_in_the_final_evaluation_finishes_the_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert_a_resume_finishes_the_final_evaluation(m, tmp_path)

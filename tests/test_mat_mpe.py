@@ -17,6 +17,7 @@ from conftest import (  # noqa: E402
     TINY,
     all_actions,
     all_alive,
+    assert_a_resume_finishes_the_final_evaluation,
     assert_action_masks_are_obeyed,
     assert_an_env_fault_keeps_the_last_update,
     assert_bad_resumes_are_refused,
@@ -468,3 +469,8 @@ def test_script_reports_bad_input_in_one_line(tmp_path, run_script):
 @pytest.mark.parametrize("n_agents", [2, 6, 10])
 def test_nearest_k_gives_the_encoder_one_input_size_at_any_team_size(n_agents):
     assert_the_encoder_takes_any_team_size(m, env_spec(n_agents=n_agents))
+
+
+def test_a_resume_after_a_fault_in_the_final_evaluation_finishes_the_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert_a_resume_finishes_the_final_evaluation(m, tmp_path)

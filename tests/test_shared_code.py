@@ -6,9 +6,11 @@ copy and not in the others fails here."""
 import importlib.util
 import inspect
 import os
+import random
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -132,11 +134,122 @@ def test_an_env_written_as_the_pettingzoo_tutorial_trains_on_the_first_try(scrip
     assert run.returncode == 0 and run.stderr == "", run.stderr[-3000:]
     lines = run.stdout.splitlines()
     assert lines[0] == (
-        "warning: --env-id tests.tutorial_env:MeetEnv: it has no Box state_space; the critic takes the observations "
-        "joined"
+        "warning: --env-id tests.tutorial_env:MeetEnv: it has no Box state_space of at most 4096 numbers; the critic "
+        "takes the observations joined"
     )
     assert lines[1].startswith("training on cpu") and lines[2] == "gamma 0.9, from the env's time limit: 30 steps"
     (run_name,) = os.listdir(tmp_path / "runs")
     assert run_name.startswith(f"tests.tutorial_env.MeetEnv__{script}__1__") and lines[-1].startswith("run in runs/")
     checkpoint = torch.load(tmp_path / "runs" / run_name / "checkpoint.pt", weights_only=False)
     assert checkpoint["global_step"] == 240 and checkpoint["args"]["gamma"] == 0.9
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_what_is_not_a_parallel_env_is_one_error_line_and_a_class_with_its_methods_trains(script, capsys):
+    """An AEC env (multiwalker's `env`) and a gymnasium single-agent env are one line naming what was made and what is
+    needed; a class with a parallel env's methods that does not subclass ParallelEnv (no `unwrapped`) is read and
+    stepped as the env it is. `module:name` reaches a submodule too, as `module.name` does."""
+    module = importlib.import_module(script)
+    for env_id, found in [
+        ("pettingzoo.sisl.multiwalker_v9:env", "made an AEC env"),
+        ("gymnasium.envs.classic_control.cartpole:CartPoleEnv", "made CartPoleEnv, without possible_agents"),
+    ]:
+        with pytest.raises(SystemExit) as refused:
+            module.make_env(env_id, {})
+        assert str(refused.value) == (
+            f"error: --env-id {env_id}: {found}; the scripts take a PettingZoo parallel env: a module's parallel_env, "
+            "or pettingzoo.utils.aec_to_parallel(env)"
+        )
+    spec = module.get_env_spec("tests.tutorial_env:PlainMeetEnv", {})
+    assert (spec.agents, spec.episode_limit, spec.has_state) == (["blue", "red"], 30, False)
+    envs = module.PettingZooVecEnv(spec, 2, 0, torch.device("cpu"))
+    envs.reset()
+    assert envs.step(torch.zeros(2, 2, dtype=torch.long)).rewards.shape == (2, 2)
+    assert module.import_path("mpe2:simple_spread_v3") is importlib.import_module("mpe2.simple_spread_v3")
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_state_that_fails_with_every_agent_playing_is_a_fault_and_its_size_is_checked(script, monkeypatch, capsys):
+    """state() raising at the first reset (every agent in the episode) is a fault of the env, one error line, as its
+    README says, not a fallback; a state of another size than its state_space is one too, at the probe or in training;
+    a state_space of more numbers than the networks take is not used, and the warning says so."""
+    module = importlib.import_module(script)
+    with pytest.raises(module.EnvError, match=r"^--env-id tests.faulty_env: its state\(\) raised RuntimeError\('state"):
+        module.get_env_spec("tests.faulty_env", {"fail": "state"})
+    with pytest.raises(
+        module.EnvError, match=r"^--env-id tests.faulty_env: its state\(\) has 5 numbers, its state_space 4$"
+    ):
+        module.get_env_spec("tests.faulty_env", {"fail": "wide_state"})
+    spec = module.get_env_spec("tests.faulty_env", {})
+    with pytest.raises(module.EnvError, match=r"its state\(\) has 4 numbers, its state_space 3$"):
+        module.PettingZooEnv(spec._replace(state_dim=3)).reset()
+    monkeypatch.setattr(module, "MAX_INPUTS", 3)
+    assert not module.get_env_spec("tests.faulty_env", {}).has_state
+    assert capsys.readouterr().out == (
+        "warning: --env-id tests.faulty_env: it has no Box state_space of at most 3 numbers; the critic takes the "
+        "observations joined\n"
+    )
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("max_cycles", [5, 450])
+def test_a_state_that_cannot_answer_after_the_last_step_bootstraps_from_the_one_before(script, max_cycles):
+    """faulty_env's "joined_state" (the observations of the agents still playing, none after the last step) keeps its
+    state whatever the episode's length (beyond the probe's 400 steps too): a truncated episode's last state is then
+    the one before the last step, and training goes on."""
+    module = importlib.import_module(script)
+    spec = module.get_env_spec("tests.faulty_env", {"fail": "joined_state", "max_cycles": max_cycles})
+    assert spec.has_state and spec.episode_limit == max_cycles
+    env = module.PettingZooEnv(spec)
+    _, info = env.reset(seed=0)
+    for _ in range(max_cycles):
+        before = info["state"]
+        _, _, _, _, info = env.step(np.zeros(2, dtype=np.int64))
+    assert info["truncated"].all() and np.array_equal(info["last_state"], before)
+    np.testing.assert_array_equal(info["state"], [0, 0, 1, 0])  # the next episode's first state
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_the_probe_reads_the_limit_the_env_keeps_and_plays_the_same_every_time(script):
+    """tests/dying_env.py keeps its 40-step limit as `limit`, and its agents die at random (numpy's global generator)
+    before it: the probe reads 40, not "none met"; it seeds the global generators, so that it plays the same way
+    whatever their state (after it, what they draw is the same too); a discrete action is numbered from its space's
+    `start`."""
+    module = importlib.import_module(script)
+    drawn = []
+    for seed in (1, 2):
+        np.random.seed(seed)
+        spec = module.get_env_spec("tests.dying_env", {"death_chance": 0.3, "max_cycles": 40})
+        drawn.append((spec.episode_limit, np.random.random(), random.random()))
+    assert drawn[0] == drawn[1] and drawn[0][0] == 40
+    spec = module.get_env_spec("tests.dying_env", {"action_start": -1})
+    env = module.PettingZooEnv(spec)
+    assert [env.env_action("agent_2", np.int64(a)) for a in range(4)] == [-1, 0, 1, 2]
+    env.reset(seed=0)
+    env.step(np.array([1, 2, 3]))  # the env asserts that each action is in its space
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_threads_follow_the_cores_this_process_may_use(script, monkeypatch):
+    """Half the cores this process may run on (its affinity, not the host's count); where the OS tells neither, one."""
+    module = importlib.import_module(script)
+
+    class Started(Exception):
+        pass
+
+    def started(*_):
+        raise Started(torch.get_num_threads())
+
+    monkeypatch.setattr(module, "get_env_spec", started)
+    threads = torch.get_num_threads()
+    try:
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1, 2, 3}, raising=False)
+        monkeypatch.setattr(os, "cpu_count", lambda: 64)
+        with pytest.raises(Started, match="^2$"):
+            module.main(module.Args())
+        monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+        monkeypatch.setattr(os, "cpu_count", lambda: None)
+        with pytest.raises(Started, match="^1$"):
+            module.main(module.Args())
+    finally:
+        torch.set_num_threads(threads)

@@ -2,7 +2,8 @@
 without a `parallel_env` function, a constructor without `render_mode`, MultiDiscrete observations, spaces behind
 `functools.lru_cache`, and no `state()` or `state_space`. Two agents on a 7x7 grid, 5 moves each (stay, left, right,
 down, up), each rewarded minus a twelfth of their Manhattan distance at every step; episodes are truncated after 30
-steps. Trained with `--env-id tests.tutorial_env:MeetEnv` (or `tests.tutorial_env.MeetEnv`).
+steps. Trained with `--env-id tests.tutorial_env:MeetEnv` (or `tests.tutorial_env.MeetEnv`). `PlainMeetEnv` has the
+same methods without subclassing `ParallelEnv` (so no `unwrapped`, `state` or `close`).
 """
 
 import functools
@@ -57,3 +58,8 @@ class MeetEnv(ParallelEnv):
     @functools.lru_cache(maxsize=None)  # noqa: B019, UP033 (as the tutorial writes it)
     def action_space(self, agent):
         return Discrete(5)
+
+
+PlainMeetEnv = type(
+    "PlainMeetEnv", (), {k: v for k, v in vars(MeetEnv).items() if k not in ("__dict__", "__weakref__")}
+)
