@@ -25,13 +25,14 @@
 #   bash benchmark.sh grid [OPTIONS]  # scripts x scenarios x seeds with --preset tuned, then plots and a table
 #   bash benchmark.sh --print-commands [OPTIONS]  # the grid's training commands, one per line, nothing else
 #   bash benchmark.sh absolute RUN_DIR...  # the absolute metric of these finished runs (the grid measures its own)
-# Grid OPTIONS: --budget full|quick (full: the official budgets, spread 20M, speaker-listener 2M, reference 3M env
-# steps; quick: spread 2M, speaker-listener 500k, reference 800k, about 3.5 hours on a 2-core CPU), --seeds N (5 on
-# spread, 3 elsewhere), --jobs N (runs side by side, 2), --scripts "mappo rnn mat mat_ep", --scenarios "spread
-# listener reference". Every run keeps its best model and ends with its absolute metric: that model re-evaluated on
-# 320 mpe2 episodes. The grid writes the figures, results.md (IQM, mean and optimality gap with 95% bootstrap
-# confidence intervals, by rliable) and marl_eval.json (marl-eval's layout) into bench/grid_BUDGET.
-# The same grid command again, after Ctrl-C, skips the finished runs and resumes the stopped ones from their checkpoints.
+# Grid OPTIONS: --budget full|quick (full: spread 2M, speaker-listener 2M, reference 3M env steps, the README's;
+# quick: spread and speaker-listener 500k, reference 800k), --seeds N (5 on spread, 3 elsewhere), --jobs N (runs side
+# by side, 2), --scripts "mappo rnn mat mat_ep", --scenarios "spread listener reference", --out DIR (bench/grid_BUDGET;
+# the README's grid: docs/benchmark/grid). Every run keeps its best model and ends with its absolute metric: that model
+# re-evaluated on 320 mpe2 episodes; then a record of it (its curves and numbers, a few kB) goes to DIR/records. The grid
+# writes the figures, results.md (IQM, mean and optimality gap with 95% bootstrap confidence intervals, by rliable) and
+# marl_eval.json (marl-eval's layout) into DIR, from the records. The same grid command again, after Ctrl-C or on
+# another machine with DIR's records, skips the recorded runs and resumes the stopped ones from their checkpoints.
 # SEED (1) and PRESET (official, the official codes' settings the docs' single runs compare with; or tuned, the
 # scripts' own default) choose the seed and the --preset of the learning and speed runs of the other modes.
 # SMOKE=1 runs a mode on a tiny budget, as the tests do: 400 env steps a run, 2 envs of 10-step rollouts, 2 evaluation
@@ -581,17 +582,17 @@ env_id_of() {  # the mpe2 env id of grid scenario $1, or nothing
 
 grid_budget() {  # env steps per run of grid scenario $1 under budget $2
   case "$2:$1" in
-    full:spread) echo 20000000 ;;
+    full:spread) echo 2000000 ;;
     full:listener) echo 2000000 ;;
     full:reference) echo 3000000 ;;
-    quick:spread) echo 2000000 ;;
+    quick:spread) echo 500000 ;;
     quick:listener) echo 500000 ;;
     quick:reference) echo 800000 ;;
   esac
 }
 
 grid_options() {  # reads the grid OPTIONS into budget, seeds, jobs, scripts and scenarios; one error line on bad input
-  budget=full seeds="" jobs=2 scripts="mappo rnn mat mat_ep" scenarios="spread listener reference"
+  budget=full seeds="" jobs=2 scripts="mappo rnn mat mat_ep" scenarios="spread listener reference" out=""
   while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || { echo "error: $1 needs a value"; exit 1; }
     case "$1" in
@@ -600,7 +601,8 @@ grid_options() {  # reads the grid OPTIONS into budget, seeds, jobs, scripts and
       --jobs) jobs="$2" ;;
       --scripts) scripts="$2" ;;
       --scenarios) scenarios="$2" ;;
-      *) echo "error: unknown grid option $1 (options: --budget, --seeds, --jobs, --scripts, --scenarios)"; exit 1 ;;
+      --out) out="$(cd "$caller" && mkdir -p "$2" && cd "$2" && pwd)" ;;
+      *) echo "error: unknown grid option $1 (options: --budget, --seeds, --jobs, --scripts, --scenarios, --out)"; exit 1 ;;
     esac
     shift 2
   done
@@ -615,6 +617,7 @@ grid_options() {  # reads the grid OPTIONS into budget, seeds, jobs, scripts and
     [ -n "$(env_id_of "$name")" ] || { echo "error: unknown scenario $name (scenarios: spread listener reference)"; exit 1; }
   done
   [ -n "$scripts" ] && [ -n "$scenarios" ] || { echo "error: --scripts and --scenarios need at least one name"; exit 1; }
+  out="${out:-$here/bench/grid_$budget}"
 }
 
 grid_runs() {  # "SCENARIO ALGO SEED" per run of the grid, scenario by scenario, the seeds of a script together
@@ -670,23 +673,24 @@ grid_run() {  # grid run $1 (scenario) $2 (ALGO) $3 (seed), run folder $4 less i
     eval "$(grid_command "$1" "$2" "$3") ${checkpoint:+--resume $checkpoint}" || return
   fi
   absolute_metric "$(compgen -G "runs/${4}__*")"
+  python "$here/benchmark_plot.py" runs --records "$out/records" --records-only  # now: a grid stopped later keeps it
 }
 
-grid() {  # runs the grid in bench/grid_BUDGET, jobs at a time, skipping the runs with an absolute metric; then plots,
-  # a table and marl_eval.json
-  mkdir -p "grid_$budget/logs"
+grid() {  # trains the grid in bench/grid_BUDGET, jobs at a time, skipping the runs with an absolute metric or a record
+  # in OUT/records; then records the finished runs there and writes the plots, a table and marl_eval.json into OUT
+  mkdir -p "grid_$budget/logs" "$out/records"
   cd "grid_$budget"
-  env_info > env_info.json  # first, while the CPU is idle
+  [ -f "$out/env_info.json" ] || env_info > "$out/env_info.json"  # first, while the CPU is idle
   local start=$SECONDS scenario name s run
   while read -r scenario name s; do
     run="$(env_id_of "$scenario")__$(basename "$(script_of "$name")" .py)__$s"  # the run folder's name, less its time
-    [ -n "$(compgen -G "runs/${run}__*/absolute_metric.json" || true)" ] && continue
+    [ -f "$out/records/$run.json" ] || [ -n "$(compgen -G "runs/${run}__*/absolute_metric.json" || true)" ] && continue
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
     grid_run "$scenario" "$name" "$s" "$run" >> "logs/$run.log" 2>&1 &
   done < <(grid_runs)
   wait
   echo "grid of $(grid_runs | wc -l) runs, $jobs side by side: $(( (SECONDS - start) / 60 )) minutes"
-  python "$here/benchmark_plot.py" runs --env-info env_info.json --out .
+  python "$here/benchmark_plot.py" runs --records "$out/records" --env-info "$out/env_info.json" --out "$out"
 }
 
 listener_flags=(--env-id simple_speaker_listener_v4 --ppo-epoch 15)

@@ -9,7 +9,8 @@ best model re-evaluated greedily on 320 episodes, `absolute_metric.json` in its 
 writes it) and the training return as IQM, mean and optimality gap with 95% stratified bootstrap confidence
 intervals, and the probability that one script improves on another, all computed with `rliable` (Agarwal et al.
 2021); and the same runs as JSON in marl-eval's layout (github.com/instadeepai/marl-eval), for marl-eval or for a
-comparison with BenchMARL's output.
+comparison with BenchMARL's output. With `--records DIR` it first keeps a small record of each finished run in DIR
+and draws everything from the records, so that a grid can go on in another sitting, on another machine.
 
     python benchmark_plot.py bench/grid_quick/runs --env-info bench/grid_quick/env_info.json --out docs/benchmark
 """
@@ -50,6 +51,7 @@ GRID_N_AGENTS = {"simple_spread_v3": "3", "simple_speaker_listener_v4": "2", "si
 # config/mappo_homogenous_rnn_mpe.yaml), 2M env steps, one seed, on the 2-core CPU of docs/benchmark.md.
 PEER_RETURNS = {"simple_spread_v3": (-13.6, "JaxMARL MAPPO-RNN, 2M steps")}
 SMOOTHING = 10  # logs averaged into one point of a curve and into the final return
+RECORD_POINTS = 500  # points of a run record's curve at most
 BOOTSTRAP_REPS = 2000  # resamples of each stratified bootstrap confidence interval
 
 
@@ -70,6 +72,12 @@ class Args:
     points of an earlier OUT/scaling.json stay where these runs have no script and N of theirs"""
     out: str = "benchmark"
     """folder for returns_vs_steps.png, returns_vs_time.png, results.md and marl_eval.json"""
+    records: str | None = None
+    """folder of run records (ENV__EXP__SEED.json, `run_record`): each run of RUNS with its absolute metric is added
+    to it (one already there is kept), and the grid is read from the records alone, so that a grid goes on across
+    machines and sessions without its event files"""
+    records_only: bool = False
+    """only add the records (the grid does after each run), no figures or tables"""
 
 
 @dataclasses.dataclass
@@ -82,9 +90,18 @@ class Run:
     absolute: np.ndarray  # (n_episodes,) per-agent returns of the best model's re-evaluation; empty if not made
     minutes: np.ndarray  # (n_logs,) wall-clock minutes since the run started, the pauses before resumes left out
     sps: float  # env steps per second since the run (or its last resume) started, as the script logged it last
+    final_return: float  # the mean of the last SMOOTHING logged returns
+    logs_per_point: int = 1  # a record's curve holds means of this many consecutive logs
+    cpu: str = ""  # a record's: the CPU kernels torch ran (AVX2, AVX512, ...); runs repeat value for value only on one
 
 
 def read_run(path: str) -> Run:
+    """The run of a run folder (its event files and absolute_metric.json), or of a run record (`run_record`)."""
+    if path.endswith(".json"):
+        with open(path) as f:
+            record = json.load(f)
+        arrays = {k: np.array(v) for k, v in record.items() if isinstance(v, list)}
+        return Run(**{**record, **arrays})
     events = EventAccumulator(path, size_guidance={"scalars": 0})
     events.Reload()
     returns, evals = events.Scalars("charts/episodic_return"), events.Scalars("eval/episodic_return")
@@ -101,6 +118,28 @@ def read_run(path: str) -> Run:
         absolute=np.array(absolute),
         minutes=training_seconds(path, np.array([e.wall_time for e in returns]), events.FirstEventTimestamp()) / 60,
         sps=events.Scalars("charts/SPS")[-1].value,
+        final_return=float(np.mean([e.value for e in returns[-SMOOTHING:]])),
+    )
+
+
+def run_record(run: Run) -> dict:
+    """The run as a small JSON-able record: its curve as at most RECORD_POINTS means of consecutive logs (at their
+    last step and minute, rounded), its evaluations, absolute metric, SPS and final return as they are."""
+    per_point = -(-len(run.steps) // RECORD_POINTS)  # logs per point, rounded up
+    first = len(run.steps) % per_point or per_point  # the first point takes what does not divide
+    means = [run.returns[:first].mean(), *run.returns[first:].reshape(-1, per_point).mean(axis=1)]
+    ends = np.arange(first - 1, len(run.steps), per_point)  # the last log of each point
+    return dict(
+        seed=run.seed,
+        steps=run.steps[ends].tolist(),
+        returns=[round(float(x), 4) for x in means],
+        eval_steps=run.eval_steps.tolist(),
+        eval_returns=run.eval_returns.tolist(),
+        absolute=run.absolute.tolist(),
+        minutes=[round(float(x), 2) for x in run.minutes[ends]],
+        sps=float(run.sps),
+        final_return=run.final_return,
+        logs_per_point=per_point,
     )
 
 
@@ -116,22 +155,23 @@ def training_seconds(path: str, wall_times: np.ndarray, started: float) -> np.nd
 
 
 def read_grid(runs_dir: str) -> dict[str, dict[str, list[Run]]]:
-    """{env_id: {exp_name: [one Run per seed]}}: the scenarios in the order of SCENARIO_NAMES (others after them),
-    the experiments and seeds in sorted order of the folder names."""
+    """{env_id: {exp_name: [one Run per seed]}} of the run folders (ENV__EXP__SEED__TIME) or records (ENV__EXP__SEED
+    .json) in `runs_dir`: the scenarios in the order of SCENARIO_NAMES (others after them), the experiments and seeds
+    in sorted order of the names."""
     grid = defaultdict(lambda: defaultdict(list))
     for name in sorted(os.listdir(runs_dir)):
-        parts = name.split("__")
-        if len(parts) == 4:
-            env_id, exp_name, _seed, _time = parts
+        parts = name.removesuffix(".json").split("__")
+        if len(parts) == 4 or len(parts) == 3 and name.endswith(".json"):
+            env_id, exp_name = parts[:2]
             grid[env_id][exp_name].append(read_run(os.path.join(runs_dir, name)))
     order = list(SCENARIO_NAMES)
     return {env_id: grid[env_id] for env_id in sorted(grid, key=lambda e: order.index(e) if e in order else len(order))}
 
 
-def smooth(values: np.ndarray) -> np.ndarray:
-    """Mean of the last SMOOTHING values up to each point (fewer at the start)."""
-    trailing_sums = np.convolve(values, np.ones(SMOOTHING))[: len(values)]
-    return trailing_sums / np.minimum(np.arange(1, len(values) + 1), SMOOTHING)
+def smooth(values: np.ndarray, window: int = SMOOTHING) -> np.ndarray:
+    """Mean of the last `window` values up to each point (fewer at the start)."""
+    trailing_sums = np.convolve(values, np.ones(window))[: len(values)]
+    return trailing_sums / np.minimum(np.arange(1, len(values) + 1), window)
 
 
 def seed_curves(runs: list[Run], x: str) -> tuple[np.ndarray, np.ndarray]:
@@ -139,7 +179,8 @@ def seed_curves(runs: list[Run], x: str) -> tuple[np.ndarray, np.ndarray]:
     x (n_points,), returns (n_seeds, n_points)."""
     shortest = min(runs, key=lambda run: getattr(run, x)[-1])
     grid_x = getattr(shortest, x)
-    return grid_x, np.stack([np.interp(grid_x, getattr(run, x), smooth(run.returns)) for run in runs])
+    smoothed = [smooth(run.returns, max(1, round(SMOOTHING / run.logs_per_point))) for run in runs]  # SMOOTHING logs
+    return grid_x, np.stack([np.interp(grid_x, getattr(run, x), curve) for run, curve in zip(runs, smoothed)])
 
 
 def reference_returns(env_id: str, policies: dict) -> dict[str, float]:
@@ -206,9 +247,7 @@ def results_table(grid: dict[str, dict[str, list[Run]]], env_info: dict, policie
             if all(len(run.absolute) for run in runs)
         }
         measured = interval_estimates(absolute, target) if absolute else {}
-        train = interval_estimates(
-            {n: np.array([r.returns[-SMOOTHING:].mean() for r in rs]) for n, rs in settings.items()}, target
-        )
+        train = interval_estimates({n: np.array([r.final_return for r in rs]) for n, rs in settings.items()}, target)
         for exp_name, runs in settings.items():
             sps = np.mean([run.sps for run in runs])
             rate = env_info.get(env_id, {}).get("steps_per_s")
@@ -364,10 +403,32 @@ def plot_scaling(points: dict, policies: dict, path: str) -> None:
     fig.savefig(path, dpi=100)
 
 
+def save_records(runs_dir: str, records_dir: str) -> None:
+    """A record (`run_record`) of each run folder of `runs_dir` that has its absolute metric, unless one is there."""
+    import torch  # only here: the CPU kernels torch picks on this machine, where the grid ran
+
+    os.makedirs(records_dir, exist_ok=True)
+    for name in sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else []:
+        path = os.path.join(records_dir, name.rsplit("__", 1)[0] + ".json")
+        if name.count("__") == 3 and os.path.exists(os.path.join(runs_dir, name, "absolute_metric.json")):
+            if not os.path.exists(path):
+                with open(f"{path}.tmp", "w") as f:
+                    record = run_record(read_run(os.path.join(runs_dir, name)))
+                    json.dump(record | {"cpu": torch.backends.cpu.get_cpu_capability()}, f)
+                os.replace(f"{path}.tmp", path)  # whole or not at all, with runs side by side
+
+
 def main(args: Args) -> None:
-    grid = read_grid(args.runs) if os.path.isdir(args.runs) else {}
+    if args.records:
+        save_records(args.runs, args.records)
+    if args.records_only:
+        return
+    source = args.records or args.runs
+    grid = read_grid(source) if os.path.isdir(source) else {}
     if not grid:
-        raise SystemExit(f"error: no run folders named ENV__EXP__SEED__TIME in {args.runs}")
+        raise SystemExit(
+            f"error: no run folders named ENV__EXP__SEED__TIME (or records ENV__EXP__SEED.json) in {source}"
+        )
     env_info = {}
     if args.env_info:
         with open(args.env_info) as f:

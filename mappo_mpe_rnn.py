@@ -164,7 +164,7 @@ PRESETS = {
     "tuned": {
         "simple_spread_v3": {"gamma": 0.9, "sort_entities": True, "n_rollout_threads": 64},
         "simple_speaker_listener_v4": {"gamma": 0.99, "ppo_epoch": 15, "separate_actors": True},  # tanh learns faster
-        "simple_reference_v3": {"gamma": 0.99, "ppo_epoch": 15, "activation": "relu", "n_rollout_threads": 128},
+        "simple_reference_v3": {"gamma": 0.9, "ppo_epoch": 15, "activation": "relu", "n_rollout_threads": 128},
     },
 }
 # With `--continuous-actions`, laid over PRESETS as well (continuous_actions.md): on spread this script learned more

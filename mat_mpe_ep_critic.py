@@ -170,7 +170,7 @@ PRESETS = {
     "tuned": {
         "simple_spread_v3": dict(gamma=0.9, lr=1.75e-4, critic_lr=1.4e-3, feature_norm=False, sort_entities=True),
         "simple_speaker_listener_v4": {"gamma": 0.99, "ppo_epoch": 15},
-        "simple_reference_v3": {"gamma": 0.99, "ppo_epoch": 15, "n_rollout_threads": 128},  # the official batch
+        "simple_reference_v3": {"gamma": 0.9, "ppo_epoch": 15, "n_rollout_threads": 128},  # the official batch
     },
 }
 # With `--continuous-actions`, laid over PRESETS as well (continuous_actions.md): on spread this script learned more

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
@@ -281,6 +282,50 @@ def test_scaling_table_and_figure_from_runs_at_several_team_sizes(tmp_path, caps
     assert table.splitlines()[4] == "| b | 6 | 1 | 2,000,000 | -20.00 | -15.00 | nan | nan | nan | nan | nan% / nan% |"
 
 
+def test_run_records_keep_the_grid_without_its_event_files(grid_dir, monkeypatch, capsys):
+    """--records: a record of each run with its absolute metric (the reference run has none: not recorded), never
+    rewritten; the table and marl_eval.json read from the records alone equal those of the event files. A record keeps
+    at most RECORD_POINTS points (here 7 of 30 logs: means of 5), its final return from the logs themselves, and the
+    curves of its script smoothed over SMOOTHING logs still (2 points of 5)."""
+    tmp_path, returns = grid_dir
+    bp.main(bp.Args(str(tmp_path / "runs"), out=str(tmp_path / "from_runs")))
+    bp.main(bp.Args(str(tmp_path / "runs"), out=str(tmp_path / "from_records"), records=str(tmp_path / "records")))
+    assert sorted(os.listdir(tmp_path / "records")) == [
+        "simple_spread_v3__a__1.json",
+        "simple_spread_v3__a__2.json",
+        "simple_spread_v3__b__1.json",
+    ]
+    spread = {k: v for k, v in returns.items() if k[0] == "simple_spread_v3"}
+    for name in ("results.md", "marl_eval.json"):
+        from_runs = (tmp_path / "from_runs" / name).read_text()
+        if name == "results.md":  # the reference row is not in the records' grid
+            from_runs = "\n".join(line for line in from_runs.splitlines() if "| reference |" not in line) + "\n"
+        else:
+            from_runs = json.dumps({"mpe2": {"simple_spread_v3": json.loads(from_runs)["mpe2"]["simple_spread_v3"]}})
+        assert (tmp_path / "from_records" / name).read_text() == from_runs, name
+    only = bp.Args(
+        str(tmp_path / "runs"), out=str(tmp_path / "none"), records=str(tmp_path / "only"), records_only=True
+    )
+    bp.main(only)  # what the grid runs after each run: the records, nothing else
+    assert len(os.listdir(tmp_path / "only")) == 3 and not (tmp_path / "none").exists()
+    saved = json.loads((tmp_path / "records" / "simple_spread_v3__a__1.json").read_text())
+    assert saved["cpu"] == torch.backends.cpu.get_cpu_capability() and saved["logs_per_point"] == 1
+    modified = (tmp_path / "records" / "simple_spread_v3__a__1.json").stat().st_mtime_ns
+    monkeypatch.setattr(bp, "RECORD_POINTS", 7)
+    bp.save_records(str(tmp_path / "runs"), str(tmp_path / "records"))  # kept as it was
+    assert (tmp_path / "records" / "simple_spread_v3__a__1.json").stat().st_mtime_ns == modified
+    run = bp.read_run(str(tmp_path / "runs" / os.listdir(tmp_path / "runs")[0]))
+    values = spread[("simple_spread_v3", "a", 1)]
+    record = bp.run_record(run)
+    assert record["logs_per_point"] == 5 and record["steps"] == STEPS[4::5].tolist()
+    np.testing.assert_allclose(record["returns"], values.reshape(6, 5).mean(axis=1), atol=1e-4)
+    assert record["final_return"] == pytest.approx(values[-10:].mean(), abs=1e-4)
+    thinned = bp.Run(**{**record, **{k: np.array(v) for k, v in record.items() if isinstance(v, list)}})
+    _, curve = bp.seed_curves([thinned], "steps")
+    np.testing.assert_allclose(curve[0], bp.smooth(values.reshape(6, 5).mean(axis=1), 2), atol=1e-4)
+    capsys.readouterr()
+
+
 def test_main_without_runs_is_one_error_line(tmp_path):
     with pytest.raises(SystemExit, match="^error: no run folders"):
         bp.main(bp.Args(runs=str(tmp_path)))
@@ -297,8 +342,8 @@ SCENARIOS = ["simple_spread_v3", "simple_speaker_listener_v4", "simple_reference
 @pytest.mark.parametrize(
     "options, seeds, budgets",
     [
-        ([], [5, 3, 3], [20_000_000, 2_000_000, 3_000_000]),  # the default: the full grid, five seeds on spread
-        (["--budget", "quick", "--seeds", "2"], [2, 2, 2], [2_000_000, 500_000, 800_000]),
+        ([], [5, 3, 3], [2_000_000, 2_000_000, 3_000_000]),  # the default: the README's grid, five seeds on spread
+        (["--budget", "quick", "--seeds", "2"], [2, 2, 2], [500_000, 500_000, 800_000]),
     ],
 )
 def test_print_commands_is_one_command_per_run(options, seeds, budgets):
@@ -348,7 +393,7 @@ def test_absolute_metric_re_evaluates_the_best_model_on_320_episodes(tmp_path):
         (["--seeds"], "error: --seeds needs a value"),
         (
             ["--episodes", "3"],
-            "error: unknown grid option --episodes (options: --budget, --seeds, --jobs, --scripts, --scenarios)",
+            "error: unknown grid option --episodes (options: --budget, --seeds, --jobs, --scripts, --scenarios, --out)",
         ),
     ],
 )
@@ -464,22 +509,24 @@ def test_the_readme_results_are_the_benchmark_tables():
     intervals) is the row of its script in the protocol's results.md that the README cites, and the reference
     policies the quick start names are reference_policies.json's at N = 3."""
     readme = open(os.path.join(ROOT, "README.md")).read()
-    sources = {  # README column -> the results.md of each script
-        1: {"mappo_mpe": "spread_64_threads", "mappo_mpe_rnn": "spread_64_threads", "mat_mpe": "spread_mat_rerun"},
-        3: dict.fromkeys(("mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"), "listener_2M"),
-        4: dict.fromkeys(("mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"), "reference_3M_g90"),
+    sources = {  # README column -> the results.md of each script, under docs/benchmark
+        1: {"mappo_mpe": "protocol/spread_64_threads", "mappo_mpe_rnn": "protocol/spread_64_threads"},
+        2: dict.fromkeys(("mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"), "protocol/listener_2M"),
+        3: {"mappo_mpe": "protocol/reference_3M_g90", "mat_mpe": "protocol/reference_3M_g90"},
     }
-    sources[1]["mat_mpe_ep_critic"] = "spread"
+    sources[1] |= {"mat_mpe": "protocol/spread_mat_rerun", "mat_mpe_ep_critic": "protocol/spread"}
+    scenarios = {1: "spread", 2: "speaker-listener", 3: "reference"}
+    sources[3] |= dict.fromkeys(("mappo_mpe_rnn", "mat_mpe_ep_critic"), "grid")  # the grid at one commit, going on
     rows = [line.strip("| ").split(" | ") for line in readme.splitlines() if line.startswith("| `") and " / " in line]
     rows = {row[0].strip("`")[: -len(".py")]: row for row in rows if "[" in row[1]}  # the results table's rows
     assert set(rows) == {"mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"}
     for column, scripts in sources.items():
         for script, folder in scripts.items():
-            table = open(os.path.join(ROOT, "docs/benchmark/protocol", folder, "results.md")).read()
+            table = open(os.path.join(ROOT, "docs/benchmark", folder, "results.md")).read()
             (source,) = [
                 cells
                 for cells in map(lambda line: line.split(" | "), table.splitlines())
-                if cells[1:2] == [script] and len(cells) > 8
+                if cells[1:2] == [script] and len(cells) > 8 and cells[0].strip("| ") == scenarios[column]
             ]
             assert rows[script][column] == f"{source[4]} / {source[7]}", (script, folder)
     policies = json.load(open(os.path.join(ROOT, "docs/benchmark/reference_policies.json")))["simple_spread_v3"]["3"]
