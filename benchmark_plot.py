@@ -412,10 +412,10 @@ def save_records(runs_dir: str, records_dir: str) -> None:
         path = os.path.join(records_dir, name.rsplit("__", 1)[0] + ".json")
         if name.count("__") == 3 and os.path.exists(os.path.join(runs_dir, name, "absolute_metric.json")):
             if not os.path.exists(path):
-                with open(f"{path}.tmp", "w") as f:
+                with open(f"{path}.{os.getpid()}.tmp", "w") as f:
                     record = run_record(read_run(os.path.join(runs_dir, name)))
                     json.dump(record | {"cpu": torch.backends.cpu.get_cpu_capability()}, f)
-                os.replace(f"{path}.tmp", path)  # whole or not at all, with runs side by side
+                os.replace(f"{path}.{os.getpid()}.tmp", path)  # whole or not at all, beside another grid job
 
 
 def main(args: Args) -> None:

@@ -623,9 +623,7 @@ def main(args: Args) -> dict:
         envs = PettingZooVecEnv(spec, n_envs, args.seed, device, args.async_envs)
     eval_envs = PettingZooVecEnv(spec, args.n_eval_episodes, args.seed, device, args.async_envs, args.capture_video)
     run_dir = f"runs/{args.env_id.replace(':', '.')}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    run_dir = (
-        os.path.dirname(os.path.abspath(args.resume)) if args.resume else new_run_dir(run_dir)
-    )  # a new one: its own
+    run_dir = os.path.dirname(os.path.abspath(args.resume)) if args.resume else new_run_dir(run_dir)
     resumed_step = checkpoint["global_step"] if checkpoint else None
     with StopRequest() as stop, start_logging(run_dir, args, resumed_step) as writer:
         agent, value_norm, optimizer = build_agent(spec, args, device)
@@ -849,8 +847,7 @@ def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
     joint_actions = gymnasium.spaces.Tuple([env.action_space(a) for a in spec.agents], seed=0)  # the same every time
     for _ in range(400):
         if not env.agents:  # the agents left (died): the next episode
-            observations, infos = call_env(env_id, env, "reset")
-            length = 0
+            (observations, infos), length = call_env(env_id, env, "reset"), 0
         try:  # as training: at a reset and while any agent plays (after the last step, see `PettingZooEnv.step`)
             if problem is None:
                 env_state(spec, env, None)
@@ -1142,8 +1139,7 @@ class PettingZooEnv(gymnasium.Env):
             self.action_space = gymnasium.spaces.Box(0.0, 1.0, (n_agents, spec.action_dim), np.float32)
 
     def env_action(self, agent: str, action: np.ndarray):
-        """The agent's action in its own space: an index from the space's `start`; a vector's own dimensions, clipped
-        into [0, 1], scaled to its bounds."""
+        """The agent's action in its own space: from `start`; a vector clipped into [0, 1], then to its bounds."""
         space = self.env.action_space(agent)
         if not self.env_spec.continuous:
             return int(space.start) + int(action)
