@@ -5,7 +5,7 @@ scenario and experiment name are seeds of one setting. For each scenario this dr
 over the seeds (a 10-log moving average, as the tables) with the range over the seeds shaded, once against env
 steps and once against wall-clock time, with the hand-written policies as lines. It writes a Markdown table of the
 final numbers in the evaluation protocol of Gorsane et al. 2022 (arXiv:2209.10485): the absolute metric (a run's
-best model re-evaluated greedily on 320 episodes, `absolute_metric.json` in its folder, as `benchmark.sh grid`
+best model re-evaluated greedily on 320 episodes, `absolute_metric.json` in its folder, as `benchmark.py grid`
 writes it) and the training return as IQM, mean and optimality gap with 95% stratified bootstrap confidence
 intervals, and the probability that one script improves on another, all computed with `rliable` (Agarwal et al.
 2021); and the same runs as JSON in marl-eval's layout (github.com/instadeepai/marl-eval), for marl-eval or for a
@@ -60,14 +60,14 @@ class Args:
     runs: tyro.conf.Positional[str]
     """folder holding the run folders (the `runs` folder the scripts write)"""
     env_info: str | None = None
-    """JSON with each scenario's single-process random-action `steps_per_s` (as `bash benchmark.sh grid` writes
+    """JSON with each scenario's single-process random-action `steps_per_s` (as `benchmark.py grid` writes
     it); without it the table has no SPS ratio"""
     reference_policies: str = os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "docs/benchmark/reference_policies.json"
     )
     """JSON of the hand-written policies' returns per agent on mpe2, as `reference_policies.py --out` writes it"""
     scaling: bool = False
-    """the runs are spread at several team sizes, experiments named SCRIPT_nN (`bash benchmark.sh ALGO scaling`):
+    """the runs are spread at several team sizes, experiments named SCRIPT_nN (`benchmark.py scaling`):
     draw the final return per agent against N, with the hand-written policies, and write scaling.md and scaling.json;
     points of an earlier OUT/scaling.json stay where these runs have no script and N of theirs"""
     out: str = "benchmark"
@@ -322,7 +322,7 @@ def team_size_runs(grid: dict[str, dict[str, list[Run]]]) -> dict[str, dict[int,
     misnamed = [name for name in experiments if not re.fullmatch(r".+_n[0-9]+", name)]
     if misnamed:
         raise SystemExit(
-            f"error: --scaling reads spread experiments named SCRIPT_nN (as benchmark.sh ALGO scaling "
+            f"error: --scaling reads spread experiments named SCRIPT_nN (as benchmark.py scaling "
             f"names them), not {misnamed[0]}"
         )
     runs = defaultdict(dict)
@@ -418,6 +418,18 @@ def save_records(runs_dir: str, records_dir: str) -> None:
                 os.replace(f"{path}.{os.getpid()}.tmp", path)  # whole or not at all, beside another grid job
 
 
+def read_json(path: str | None, default: dict) -> dict:
+    if path is None or not os.path.exists(path):
+        return default
+    with open(path) as f:
+        return json.load(f)
+
+
+def write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
 def main(args: Args) -> None:
     if args.records:
         save_records(args.runs, args.records)
@@ -429,37 +441,20 @@ def main(args: Args) -> None:
         raise SystemExit(
             f"error: no run folders named ENV__EXP__SEED__TIME (or records ENV__EXP__SEED.json) in {source}"
         )
-    env_info = {}
-    if args.env_info:
-        with open(args.env_info) as f:
-            env_info = json.load(f)
-    policies = {}
-    if os.path.exists(args.reference_policies):
-        with open(args.reference_policies) as f:
-            policies = json.load(f)
+    policies = read_json(args.reference_policies, {})
     os.makedirs(args.out, exist_ok=True)
     if args.scaling:
         points_path = os.path.join(args.out, "scaling.json")
-        earlier = {}
-        if os.path.exists(points_path):
-            with open(points_path) as f:
-                earlier = json.load(f)
-        points = scaling_points(team_size_runs(grid), earlier)
-        with open(points_path, "w") as f:
-            json.dump(points, f, indent=1)
+        points = scaling_points(team_size_runs(grid), read_json(points_path, {}))
+        write(points_path, json.dumps(points, indent=1))
         plot_scaling(points, policies, os.path.join(args.out, "returns_vs_agents.png"))
         table = scaling_table(points, policies)
-        with open(os.path.join(args.out, "scaling.md"), "w") as f:
-            f.write(table)
-        print(table, end="")
-        return
-    plot_curves(grid, policies, "steps", os.path.join(args.out, "returns_vs_steps.png"))
-    plot_curves(grid, policies, "minutes", os.path.join(args.out, "returns_vs_time.png"))
-    table = results_table(grid, env_info, policies)
-    with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(table)
-    with open(os.path.join(args.out, "marl_eval.json"), "w") as f:
-        json.dump(marl_eval_data(grid), f)
+    else:
+        plot_curves(grid, policies, "steps", os.path.join(args.out, "returns_vs_steps.png"))
+        plot_curves(grid, policies, "minutes", os.path.join(args.out, "returns_vs_time.png"))
+        table = results_table(grid, read_json(args.env_info, {}), policies)
+        write(os.path.join(args.out, "marl_eval.json"), json.dumps(marl_eval_data(grid)))
+    write(os.path.join(args.out, "scaling.md" if args.scaling else "results.md"), table)
     print(table, end="")
 
 

@@ -1,18 +1,18 @@
-"""benchmark.sh's grid commands, and benchmark_plot.py on synthetic TensorBoard runs: the table's numbers, the
-curves' averaging and the figures."""
+"""benchmark.py's modes and benchmark.sh's commands; benchmark_plot.py on synthetic TensorBoard runs: the table's
+numbers, the curves' averaging and the figures."""
 
 import itertools
 import json
 import os
-import shutil
+import re
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import torch
+import tyro
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
@@ -20,6 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from conftest import TINY  # noqa: E402
 
+import benchmark  # noqa: E402
 import benchmark_plot as bp  # noqa: E402
 
 STEPS = np.arange(1, 31) * 800  # 30 logs, as 32 threads x 25 steps per iteration
@@ -331,8 +332,11 @@ def test_main_without_runs_is_one_error_line(tmp_path):
         bp.main(bp.Args(runs=str(tmp_path)))
 
 
-def benchmark(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", os.path.join(ROOT, "benchmark.sh"), *args], capture_output=True, text=True)
+def harness(capsys, *argv: str) -> str:
+    """What `python benchmark.py ARGV` prints, run in this process."""
+    capsys.readouterr()
+    benchmark.main(list(argv))
+    return capsys.readouterr().out
 
 
 SCRIPTS = ["mappo_mpe.py", "mappo_mpe_rnn.py", "mat_mpe.py", "mat_mpe_ep_critic.py"]
@@ -346,101 +350,94 @@ SCENARIOS = ["simple_spread_v3", "simple_speaker_listener_v4", "simple_reference
         (["--budget", "quick", "--seeds", "2"], [2, 2, 2], [500_000, 500_000, 800_000]),
     ],
 )
-def test_print_commands_is_one_command_per_run(options, seeds, budgets):
-    result = benchmark("--print-commands", *options)
-    assert result.returncode == 0 and result.stderr == ""
+def test_print_commands_is_one_command_per_run(capsys, options, seeds, budgets):
     expected = [
         f"python {ROOT}/{script} --env-id {env_id} --preset tuned --seed {seed} --total-timesteps {steps} --save-model"
         for env_id, n_seeds, steps in zip(SCENARIOS, seeds, budgets)
         for script, seed in itertools.product(SCRIPTS, range(1, n_seeds + 1))
     ]
-    assert result.stdout.splitlines() == expected
+    assert harness(capsys, "grid", "--print-commands", *options).splitlines() == expected
 
 
-def test_print_commands_subset():
-    result = benchmark("--print-commands", "--scripts", "mat", "--scenarios", "reference listener", "--seeds", "1")
+def test_print_commands_subset(capsys):
+    out = harness(capsys, "grid", "--print-commands", "--scripts", "mat", "--scenarios", "reference", "listener")
     mat = f"python {ROOT}/mat_mpe.py --env-id"
-    assert result.stdout.splitlines() == [
-        f"{mat} simple_reference_v3 --preset tuned --seed 1 --total-timesteps 3000000 --save-model",
-        f"{mat} simple_speaker_listener_v4 --preset tuned --seed 1 --total-timesteps 2000000 --save-model",
-    ]
+    assert out.splitlines() == [
+        f"{mat} simple_reference_v3 --preset tuned --seed {seed} --total-timesteps 3000000 --save-model"
+        for seed in (1, 2, 3)
+    ] + [f"{mat} simple_speaker_listener_v4 --preset tuned --seed {seed} --total-timesteps 2000000 --save-model"
+         for seed in (1, 2, 3)]  # fmt: skip
 
 
-def test_absolute_metric_re_evaluates_the_best_model_on_320_episodes(tmp_path):
-    """`benchmark.sh absolute` on a tiny run, given relative to the caller: 320 per-agent episode returns, seeded
-    1,000 past the run's seed; a second call keeps what the first wrote."""
+def test_absolute_metric_re_evaluates_the_best_model_on_320_episodes(tmp_path, capsys):
+    """`benchmark.py absolute` on a tiny run: 320 per-agent episode returns, seeded 1,000 past the run's seed; a second
+    call keeps what the first wrote."""
     train = [sys.executable, os.path.join(ROOT, "mappo_mpe.py"), "--seed", "2", "--save-model", *TINY]
     subprocess.run(train, cwd=tmp_path, check=True, capture_output=True)
     (run,) = (tmp_path / "runs").iterdir()
-    command = ["bash", os.path.join(ROOT, "benchmark.sh"), "absolute", os.path.join("runs", run.name)]
-    subprocess.run(command, cwd=tmp_path, check=True, capture_output=True)
+    harness(capsys, "absolute", str(run))
     written = json.loads((run / "absolute_metric.json").read_text())
     assert written["checkpoint"] == "best_model.pt" and written["seed"] == 1002 and len(written["returns"]) == 320
     assert len(set(written["returns"])) > 1 and all(-200 < r < 0 for r in written["returns"])
     modified = (run / "absolute_metric.json").stat().st_mtime_ns
-    assert subprocess.run(command, cwd=tmp_path, capture_output=True).stdout == b""
+    assert harness(capsys, "absolute", str(run)) == ""
     assert (run / "absolute_metric.json").stat().st_mtime_ns == modified
 
 
 @pytest.mark.parametrize(
     "options, message",
     [
-        (["--budget", "fast"], "error: --budget must be full or quick, not fast"),
-        (["--seeds", "0"], "error: --seeds must be a positive integer, not 0"),
-        (["--jobs", "two"], "error: --jobs must be a positive integer, not two"),
-        (["--scripts", "mappo ppo"], "error: unknown script ppo (scripts: mappo rnn mat mat_ep)"),
-        (["--scenarios", "tag"], "error: unknown scenario tag (scenarios: spread listener reference)"),
-        (["--seeds"], "error: --seeds needs a value"),
-        (
-            ["--episodes", "3"],
-            "error: unknown grid option --episodes (options: --budget, --seeds, --jobs, --scripts, --scenarios, --out)",
-        ),
+        (["grid", "--jobs", "0"], "error: --jobs must be at least 1, not 0"),
+        (["grid", "--seeds", "-1"], "error: --seeds must be at least 0, not -1"),
+        (["panel", "--budget", "0"], "error: --budget must be at least 1, not 0"),
+        (["devices", "--iterations", "0"], "error: --iterations must be at least 1, not 0"),
     ],
 )
-def test_grid_options_errors_are_one_line(options, message):
-    for mode in ("--print-commands", "grid"):
-        result = benchmark(mode, *options)
-        assert (result.returncode, result.stdout, result.stderr) == (1, message + "\n", "")
+def test_counts_out_of_range_are_one_error_line(options, message):
+    with pytest.raises(SystemExit, match=f"^{message}$"):
+        benchmark.main(options)
 
 
-def test_devices_tables_known_speeds(tmp_path):
-    """`benchmark.sh ALGO devices`'s table from runs of known timings (a copy, with no THREADS to run): per run, its
-    env steps, last SPS, the medians of its later two thirds of rollout and update times, and the steady SPS of an
-    iteration of 4 envs x 25 steps in their sum (100 env steps in 40 ms: 2,500)."""
-    for name in ("benchmark.sh", "mappo_mpe.py"):
-        shutil.copy(os.path.join(ROOT, name), tmp_path)
-    from torch.utils.tensorboard import SummaryWriter
+def test_every_line_of_benchmark_sh_is_a_command_the_harness_takes():
+    """benchmark.sh is short, and each `python benchmark.py` line in it parses (the loops' variables set to their first
+    value), so that a renamed mode or flag cannot leave it behind; each other python line names a file there is."""
+    lines = open(os.path.join(ROOT, "benchmark.sh")).read().splitlines()
+    assert len(lines) <= 100
+    commands = [line.split(";")[0].split("do ")[-1].strip() for line in lines if not line.lstrip().startswith("#")]
+    commands = [command for command in commands if command.startswith("python ")]
+    for command in commands:
+        words = command.replace('"$script"', "mappo").replace('"$scenario"', "spread").split()
+        if words[1] == "benchmark.py":
+            tyro.extras.subcommand_cli_from_dict(benchmark.MODES, args=words[2:])
+        else:
+            assert os.path.exists(os.path.join(ROOT, words[1])), command
+    blocks = re.findall(r"^  ([a-z-]+)\)", "\n".join(lines), re.M)
+    assert f"usage: bash benchmark.sh {'|'.join(blocks)}" in "\n".join(lines) and len(commands) >= len(blocks)
 
-    with SummaryWriter(tmp_path / "bench/runs/simple_spread_v3__mappo_devices_cpu_4_eager__1__1") as writer:
+
+def test_devices_tables_known_speeds(tmp_path, capsys):
+    """`benchmark.py devices`'s table from runs of known timings (no threads to run): per run, its env steps, last SPS,
+    the medians of its later two thirds of rollout and update times, and the steady SPS of an iteration of 4 envs x
+    25 steps in their sum (100 env steps in 40 ms: 2,500)."""
+    with SummaryWriter(tmp_path / "runs/simple_spread_v3__mappo_devices_cpu_4_eager__1__1") as writer:
         for step, (sps, rollout, update) in enumerate([(900, 90.0, 50.0), (1000, 30.0, 10.0), (1234, 30.0, 12.0)]):
             writer.add_scalar("charts/SPS", sps, 100 * (step + 1))
             writer.add_scalar("perf/rollout_ms", rollout, 100 * (step + 1))
             writer.add_scalar("perf/update_ms", update, 100 * (step + 1))
-    env = {**os.environ, "DEVICES": "cpu", "THREADS": " "}
-    result = subprocess.run(
-        ["bash", str(tmp_path / "benchmark.sh"), "mappo", "devices"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "| cpu | 4 | eager | 300 | 1,234 | 2,439 | 30.0 | 11.0 |" in result.stdout.splitlines()
+    out = harness(capsys, "devices", "--devices", "cpu", "--threads", "--bench", str(tmp_path))
+    assert "| cpu | 4 | eager | 300 | 1,234 | 2,439 | 30.0 | 11.0 |" in out.splitlines()
 
 
 @pytest.mark.parametrize("mode, sizes", [("acting", ["3", "6", "12"]), ("critic", ["3", "12"])])
-def test_mat_timings_table_every_team_size(tmp_path, mode, sizes):
-    """`benchmark.sh mat acting|critic` with a short TIMING_SECONDS (from a copy, so that its log in bench/ is not
-    the repository's): a row per team size, positive times whose ratio is the last column; for the critic, what the
-    measurement is for at 12 agents, whatever the load: one pass per env beats one per agent (12 rows of 864
-    numbers, about 11x on the 2-core CPU). The acting times of a short window swing past each other under load."""
-    for name in ("benchmark.sh", "mat_mpe.py", "mat_mpe_ep_critic.py"):
-        shutil.copy(os.path.join(ROOT, name), tmp_path)
-    env = {**os.environ, "TIMING_SECONDS": "0.01"}
-    command = ["bash", str(tmp_path / "benchmark.sh"), "mat", mode]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
-    rows = [line.strip("| ").split(" | ") for line in result.stdout.splitlines() if line[2:3].isdigit()]
+def test_mat_timings_table_every_team_size(capsys, mode, sizes):
+    """`benchmark.py acting|critic` with short timings: a row per team size, positive times whose ratio is the last
+    column; for the critic, what the measurement is for at 12 agents, whatever the load: one pass per env beats one
+    per agent (12 rows of 864 numbers, about 11x on the 2-core CPU). The acting times of a short window swing past
+    each other under load."""
+    threads = torch.get_num_threads()
+    out = harness(capsys, mode, "--timing-seconds", "0.01")
+    torch.set_num_threads(threads)  # the mode takes one thread
+    rows = [line.strip("| ").split(" | ") for line in out.splitlines() if line[2:3].isdigit()]
     assert [row[0] for row in rows] == sizes
     for row in rows:
         first, second, ratio = float(row[-3]), float(row[-2]), float(row[-1].rstrip("x"))
@@ -448,60 +445,34 @@ def test_mat_timings_table_every_team_size(tmp_path, mode, sizes):
     assert mode == "acting" or float(rows[-1][-1].rstrip("x")) > 2.0, rows[-1]
 
 
-SMOKE_MODES = {  # benchmark.sh's arguments, extra environment and a line its output holds, each mode with SMOKE=1
-    "speed": (["mappo", "speed"], {}, "end-to-end SPS"),
-    "env-rate": (["mappo", "env-rate"], {}, "| simple_speaker_listener_v4 |"),
-    "versus": (["mappo", "versus", "HEAD"], {}, "| current, round 2 |"),
-    **{mode: (["mappo", mode], {}, "final SPS") for mode in ("spread", "partial", "listener", "reference")},
-    **{mode: (["mappo", mode], {}, "final SPS") for mode in ("spread-continuous", "listener-continuous")},
-    "official-task": (["mappo", "official-task"], {}, "final SPS"),
-    "resume": (["mappo", "resume"], {}, "parameters bit-identical: True; "),
-    "sweep": (["mappo", "sweep"], {}, "| g95e3 | `--gamma 0.95 --ent-coef 0.003` |"),
-    "scaling": (["mappo", "scaling"], {"N_AGENTS": "2"}, "| mappo_mpe | 2 | 1 | 400 |"),
-    "threads": (["mappo", "threads"], {}, "| generic | 1 |"),
-    "devices": (["mappo", "devices"], {"DEVICES": "cpu", "THREADS": "4"}, "| cpu | 4 | eager | 400 |"),  # SMOKE's 400
-    "panel": (["panel"], {"PANEL": "spread", "SCRIPTS": "mappo"}, "| spread | "),
+SMOKE_MODES = {  # benchmark.py's arguments, and a line its output holds, each mode with --smoke
+    "speed": (["speed"], "end-to-end SPS"),
+    "env-rate": (["env-rate"], "| simple_speaker_listener_v4 |"),
+    "learn": (["learn", "listener", "--preset", "official"], "final SPS"),
+    "learn-partial": (["learn", "partial"], "final SPS"),
+    "official-task": (["official-task"], "final SPS"),
+    "resume": (["resume"], "parameters bit-identical: True; "),
+    "sweep": (["sweep"], "| g95e3 | `--gamma 0.95 --ent-coef 0.003` |"),
+    "scaling": (["scaling", "--n-agents", "2"], "| mappo_mpe | 2 | 1 | 400 |"),
+    "threads": (["threads"], "| generic | 1 |"),
+    "devices": (["devices", "--devices", "cpu", "--threads", "4"], "| cpu | 4 | eager | 400 |"),  # --smoke's 400
+    "panel": (["panel", "--envs", "spread", "--scripts", "mappo"], "| spread | "),
     "grid": (
         ["grid", "--scripts", "mappo", "--scenarios", "spread", "--seeds", "1"],
-        {},
         "| spread | mappo_mpe | 1 | 400 |",
     ),
 }
 
 
-@pytest.fixture(scope="module")
-def smoke_runs(tmp_path_factory) -> dict:
-    """Every mode of SMOKE_MODES run with SMOKE=1, two at a time, each from its own copy of the repository's files
-    (a git repository, for versus), so that nothing lands in the repository's bench/."""
-
-    copies = {mode: tmp_path_factory.mktemp(mode) for mode in SMOKE_MODES}  # made here: mktemp is not thread-safe
-
-    def run(mode: str) -> subprocess.CompletedProcess:
-        copy = copies[mode]
-        for name in os.listdir(ROOT):
-            if name.endswith(".py") or name == "benchmark.sh":
-                shutil.copy(os.path.join(ROOT, name), copy)
-        git = ["git", "-c", "user.name=smoke", "-c", "user.email=smoke@test"]
-        for command in (["init", "-q"], ["add", "."], ["commit", "-qm", "smoke"]):
-            subprocess.run([*git, *command], cwd=copy, check=True, capture_output=True)
-        args, extra_env, _ = SMOKE_MODES[mode]
-        env = {**os.environ, "SMOKE": "1", "SDL_VIDEODRIVER": "dummy", **extra_env}
-        command = ["bash", str(copy / "benchmark.sh"), *args]
-        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(SMOKE_MODES, pool.map(run, SMOKE_MODES)))
-
-
-@pytest.mark.xdist_group("smoke_runs")  # with -n 2 these share one worker, so the module's fixture runs once
 @pytest.mark.parametrize("mode", SMOKE_MODES)
-def test_every_mode_runs_on_a_tiny_budget(smoke_runs, mode):
-    """Each mode of benchmark.sh ends well with SMOKE=1 and prints its table (resume: a stopped and resumed run equal
-    to one straight, parameters and logs)."""
-    result = smoke_runs[mode]
-    assert result.returncode == 0 and SMOKE_MODES[mode][2] in result.stdout, result.stdout[-3000:] + result.stderr
+def test_every_mode_runs_on_a_tiny_budget(tmp_path, capsys, mode):
+    """Each mode of benchmark.py ends well with --smoke and prints its table (resume: a stopped and resumed run equal
+    to one straight, parameters and logs), its runs in their own folder."""
+    argv, line = SMOKE_MODES[mode]
+    out = harness(capsys, *argv, "--smoke", "--bench", str(tmp_path))
+    assert line in out, out[-3000:]
     if mode == "resume":
-        assert "identical at every step: True []" in result.stdout
+        assert "identical at every step: True []" in out
 
 
 def test_the_readme_results_are_the_benchmark_tables():
@@ -535,10 +506,3 @@ def test_the_readme_results_are_the_benchmark_tables():
     for name, words in quoted.items():
         assert f"{words} {policies[name][0]:.1f}" in " ".join(readme.split()), name
     assert f"(planner {policies['planner'][0]:.2f})" in readme
-
-
-def test_an_empty_smoke_array_is_expanded_as_bash_3_2_can():
-    """bash before 4.4 (macOS ships 3.2) stops on "${smoke[@]}" of an empty array under `set -u`: every expansion of
-    it in benchmark.sh is guarded, ${smoke[@]+"${smoke[@]}"}."""
-    text = open(os.path.join(ROOT, "benchmark.sh")).read()
-    assert text.count('${smoke[@]+"${smoke[@]}"}') >= 10 and '"${smoke[@]}"' not in text.replace('+"${smoke[@]}"}', "")
