@@ -340,7 +340,11 @@ class Panel(Mode):
 
     def __call__(self):
         work, commands, rows = self.path("panel"), {}, []
-        randoms = {env: random_return(PANEL_ENVS[env].split()) for env in self.envs}
+        os.makedirs(work, exist_ok=True)
+        randoms = benchmark_plot.read_json(os.path.join(work, "random.json"), {})  # measured once an env
+        randoms |= {env: random_return(PANEL_ENVS[env].split()) for env in self.envs if env not in randoms}
+        with open(os.path.join(work, "random.json"), "w") as f:
+            json.dump(randoms, f)
         for env, script, seed in [(e, s, k) for e in self.envs for s in self.scripts for k in self.seeds]:
             name, budget = f"panel_{env}_{script}_{seed}", self.steps(self.budget)
             flags = [*PANEL_ENVS[env].split(), "--seed", str(seed), "--total-timesteps", budget, "--exp-name", name]
