@@ -239,8 +239,8 @@ class Grid(Mode):
     """seeds a script and scenario; 0: 5 on spread, 3 elsewhere"""
     jobs: int = 2
     """runs side by side"""
-    scripts: tuple[Literal["mappo", "rnn", "mat", "mat_ep"], ...] = ("mappo", "rnn", "mat", "mat_ep")
-    scenarios: tuple[Literal["spread", "listener", "reference"], ...] = ("spread", "listener", "reference")
+    scripts: tuple[Literal["mappo", "rnn", "mat", "mat_ep"], ...] = ("mappo", "rnn", "mat", "mat_ep")  # to train
+    scenarios: tuple[Literal["spread", "listener", "reference"], ...] = ("spread", "listener", "reference")  # on
     out: str = ""
     """folder of the records, figures and tables (the README's: docs/benchmark/grid); default bench/grid_BUDGET"""
     print_commands: bool = False
@@ -314,7 +314,7 @@ class Learn(Mode):
     """One learning run of the script on a scenario (LEARN_FLAGS), logged to bench/SCRIPT_SCENARIO[_PRESET]_seedSEED
     .log, then its returns at round numbers of env steps."""
 
-    scenario: tyro.conf.Positional[Literal[tuple(LEARN_FLAGS)]] = "spread"  # type: ignore[valid-type]
+    scenario: tyro.conf.Positional[Literal[tuple(LEARN_FLAGS)]] = "spread"  # with its flags of LEARN_FLAGS
 
     def __call__(self):
         name = f"{self.script}_{self.scenario}" + ("_official" if self.preset == "official" else "")
@@ -330,9 +330,10 @@ class Panel(Mode):
     """Each env of the panel x scripts x seeds with the defaults an env without a preset gets (no flag but the env's
     own), skipping finished runs; each env's uniformly random policy first (20 episodes); then a table."""
 
-    envs: tuple[Literal[tuple(PANEL_ENVS)], ...] = ("spread", "multiwalker", "kaz", "pursuit", "halfcheetah")  # type: ignore[valid-type]
-    scripts: tuple[Literal["mappo", "rnn", "mat", "mat_ep"], ...] = ("mappo", "rnn", "mat", "mat_ep")
-    seeds: tuple[int, ...] = (1,)
+    envs: tuple[Literal[tuple(PANEL_ENVS)], ...] = ("spread", "multiwalker", "kaz", "pursuit", "halfcheetah")
+    """envs of PANEL_ENVS"""
+    scripts: tuple[Literal["mappo", "rnn", "mat", "mat_ep"], ...] = ("mappo", "rnn", "mat", "mat_ep")  # to train
+    seeds: tuple[int, ...] = (1,)  # of each script on each env
     budget: int = 500_000
     """env steps per run"""
     jobs: int = 2
@@ -380,7 +381,7 @@ class Scaling(Mode):
     script run so, with the hand-written policies (returns_vs_agents.png, scaling.md); the points of OUT/scaling.json
     that these runs do not have stay."""
 
-    n_agents: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 10)
+    n_agents: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 10)  # the team sizes
     jobs: int = 2
     """runs side by side"""
     out: str = ""
@@ -402,7 +403,7 @@ class Sweep(Mode):
     """The settings screen of SWEEP, G90 and the script's G90_OWN: spread, 500k env steps per setting with the
     official settings under each change, skipping those done; then a table at half-way and at the end."""
 
-    preset: Literal["tuned", "official"] = "official"
+    preset: Literal["tuned", "official"] = "official"  # the settings the changes are laid over
     jobs: int = 2
     """runs side by side"""
 
@@ -558,9 +559,9 @@ class Devices(Mode):
     """The same command on the CPU and with --cuda (eager and compiled) at each number of rollout threads, a few
     iterations a run, evaluating at the last, a torch thread per core; then SPS and per-phase times of every run."""
 
-    threads: tuple[int, ...] = (32, 512, 4096)
-    devices: tuple[Literal["cpu", "cuda"], ...] = ("cpu", "cuda")
-    iterations: int = 12
+    threads: tuple[int, ...] = (32, 512, 4096)  # --n-rollout-threads of the runs
+    devices: tuple[Literal["cpu", "cuda"], ...] = ("cpu", "cuda")  # cuda: eager (--no-compile) and compiled
+    iterations: int = 12  # of each run
     run_timeout: int = 300
     """seconds a run may take"""
 
@@ -614,7 +615,7 @@ class Acting(Mode):
     """mat_mpe.py's acting time per step for 32 envs of spread, its KV cache against the official code's full
     re-decode at each agent's turn, N = 3, 6, 12."""
 
-    timing_seconds: float = 3.0
+    timing_seconds: float = 3.0  # each case is timed for this long
 
     def __call__(self):
         m = script_module("mat")
@@ -653,7 +654,7 @@ class Critic(Mode):
     """mat_mpe_ep_critic.py's critic, forward and backward per update (10 epochs over a 25 x 32 rollout): once per
     env with one head per agent, against the official layout of one pass per agent on its copy of the state."""
 
-    timing_seconds: float = 3.0
+    timing_seconds: float = 3.0  # each case is timed for this long
 
     def __call__(self):
         m = script_module("mat_ep")
