@@ -434,7 +434,7 @@ class Resume(Mode):
 
     def __call__(self):
         total, runs = self.steps(600_000), self.path("runs")
-        stop = 100 if self.smoke else int(total) // 2  # smoke: at the first progress line, most of the run left
+        stop = int(total) // 2  # at the first progress line from half-way on
         straight, stopped = (
             self.learning("--total-timesteps", total, "--exp-name", f"{self.script}_resume_{k}")
             for k in ("straight", "stopped")
@@ -443,15 +443,16 @@ class Resume(Mode):
         log = self.path(f"{self.script}_resume_stopped.log")
         with open(log, "w") as f:
             process = subprocess.Popen([straight[0], "-u", *stopped[1:]], cwd=self.bench, stdout=f, stderr=f)
-        while not re.search(rf"^step +{stop:,}/", open(log).read(), re.M):
+        logged = lambda: [int(n.replace(",", "")) for n in re.findall(r"^step +([\d,]+)/", open(log).read(), re.M)]  # noqa: E731
+        while max(logged(), default=0) < stop:
             if process.poll() is not None:
                 raise SystemExit(f"error: the run to stop ended first: {open(log).read()[-500:]}")
             time.sleep(0.1)
         process.send_signal(signal.SIGTERM)
         process.wait()
+        print(open(log).read().splitlines()[-1])  # where it stopped
         resumed = newest_run(runs, f"{self.script}_resume_stopped")
         run([*stopped, "--resume", f"{resumed}/checkpoint.pt"], log, self.bench)
-        print(open(log).read().splitlines()[-1])
         print(curve_table(resumed))
         print(same_runs(newest_run(runs, f"{self.script}_resume_straight"), resumed))
 
