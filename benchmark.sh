@@ -25,8 +25,8 @@ case "${1:-}" in
     for script in mappo mat; do python benchmark.py scaling --script "$script" --out docs/benchmark/scaling; done
     ;;
   gpu)  # README, the GPU table (docs/speed.md): on a machine with an NVIDIA GPU, CPU and --cuda eager and compiled
-    python benchmark.py devices --script mappo --threads 4096
-    python benchmark.py devices --script mat --threads 32
+    python benchmark.py devices --script mappo --threads 4096 --preset official
+    python benchmark.py devices --script mat --threads 32 --preset official
     ;;
   official-task)  # README, How these numbers relate: each script on the official codes' MPE task, 500k env steps
     for script in mappo rnn mat mat_ep; do python benchmark.py official-task --script "$script"; done
@@ -35,14 +35,14 @@ case "${1:-}" in
     python benchmark.py panel
     ;;
   speed)  # docs/speed.md: end-to-end SPS next to the env's own rate, the batched env, torch threads, MAT's timings
-    for script in mappo rnn mat mat_ep; do python benchmark.py speed --script "$script"; done
+    for script in mappo rnn mat mat_ep; do python benchmark.py speed --script "$script" --preset official; done
     python benchmark.py env-rate
     python benchmark.py threads --script mappo
     python benchmark.py acting
     python benchmark.py critic
     ;;
   resume)  # docs/resume.md: a run stopped by SIGTERM and resumed equals one straight, parameters and logs
-    python benchmark.py resume --script mappo
+    python benchmark.py resume --script mappo --preset official
     ;;
   sweep)  # docs/tuning.md: the settings screen on spread, 500k env steps a setting, from the official settings
     for script in mappo mat; do python benchmark.py sweep --script "$script"; done
