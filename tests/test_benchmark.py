@@ -481,13 +481,12 @@ def test_the_readme_results_are_the_benchmark_tables():
     policies the quick start names are reference_policies.json's at N = 3."""
     readme = open(os.path.join(ROOT, "README.md")).read()
     sources = {  # README column -> the results.md of each script, under docs/benchmark
-        1: {"mappo_mpe": "protocol/spread_64_threads", "mappo_mpe_rnn": "protocol/spread_64_threads"},
+        1: dict.fromkeys(("mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"), "grid"),  # at one commit
         2: dict.fromkeys(("mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"), "protocol/listener_2M"),
         3: {"mappo_mpe": "protocol/reference_3M_g90", "mat_mpe": "protocol/reference_3M_g90"},
     }
-    sources[1] |= {"mat_mpe": "protocol/spread_mat_rerun", "mat_mpe_ep_critic": "protocol/spread"}
     scenarios = {1: "spread", 2: "speaker-listener", 3: "reference"}
-    sources[3] |= dict.fromkeys(("mappo_mpe_rnn", "mat_mpe_ep_critic"), "grid")  # the grid at one commit, going on
+    sources[3] |= dict.fromkeys(("mappo_mpe_rnn", "mat_mpe_ep_critic"), "grid")
     rows = [line.strip("| ").split(" | ") for line in readme.splitlines() if line.startswith("| `") and " / " in line]
     rows = {row[0].strip("`")[: -len(".py")]: row for row in rows if "[" in row[1]}  # the results table's rows
     assert set(rows) == {"mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"}
