@@ -150,8 +150,7 @@ def row(*cells) -> str:
     return "| " + " | ".join(map(str, cells)) + " |"
 
 
-def header(*columns: str) -> str:
-    """A Markdown table's first two lines."""
+def header(*columns: str) -> str:  # a Markdown table's first two lines
     return row(*columns) + "\n" + "|---" * len(columns) + "|"
 
 
@@ -265,8 +264,7 @@ class Grid(Mode):
         os.makedirs(records, exist_ok=True)
         if not os.path.exists(info):  # first, while the CPU is idle
             rates = {SCENARIOS[c]: round(raw_env_rate(SCENARIOS[c], self.seconds(10))) for c in self.scenarios}
-            with open(info, "w") as f:
-                json.dump({env_id: {"steps_per_s": rate} for env_id, rate in rates.items()}, f)
+            benchmark_plot.write(info, json.dumps({env_id: {"steps_per_s": rate} for env_id, rate in rates.items()}))
         lock, start = threading.Lock(), time.time()
 
         def train(scenario: str, script: str, seed: int):
@@ -344,16 +342,18 @@ class Panel(Mode):
         os.makedirs(work, exist_ok=True)
         randoms = benchmark_plot.read_json(os.path.join(work, "random.json"), {})  # measured once an env
         randoms |= {env: random_return(PANEL_ENVS[env].split()) for env in self.envs if env not in randoms}
-        with open(os.path.join(work, "random.json"), "w") as f:
-            json.dump(randoms, f)
+        benchmark_plot.write(os.path.join(work, "random.json"), json.dumps(randoms))
         for env, script, seed in [(e, s, k) for e in self.envs for s in self.scripts for k in self.seeds]:
             name, budget = f"panel_{env}_{script}_{seed}", self.steps(self.budget)
             flags = [*PANEL_ENVS[env].split(), "--seed", str(seed), "--total-timesteps", budget, "--exp-name", name]
-            commands[os.path.join(work, "logs", f"{name}.log")] = self.command(*flags, script=script)
-            rows.append((env, script, seed, name))
+            commands[log := os.path.join(work, "logs", f"{name}.log")] = self.command(*flags, script=script)
+            rows.append((env, script, seed, name, log))
         train_unfinished(self.jobs, commands, work)
         print(header("env", "random", "script", "seed", "env steps", "train (last 10% of episodes)", "eval (last)"))
-        for env, script, seed, name in rows:
+        for env, script, seed, name, log in rows:
+            if not finished(log):  # it failed: its log says why
+                print(row(env, f"{randoms[env]:.2f}", script, seed, f"failed, see {log}", "", ""))
+                continue
             tags = scalars(newest_run(os.path.join(work, "runs"), name))
             train = [v for _, v in tags.get("charts/episodic_return", [])]
             (step, last), mean = tags["eval/episodic_return"][-1], np.mean(train[-max(1, len(train) // 10) :])
