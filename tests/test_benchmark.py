@@ -482,7 +482,7 @@ def test_the_readme_results_are_the_benchmark_tables():
     readme = open(os.path.join(ROOT, "README.md")).read()
     sources = {  # README column -> the results.md of each script, under docs/benchmark
         1: dict.fromkeys(("mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"), "grid"),  # at one commit
-        2: dict.fromkeys(("mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"), "protocol/listener_2M"),
+        2: dict.fromkeys(("mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"), "grid"),
         3: {"mappo_mpe": "protocol/reference_3M_g90", "mat_mpe": "protocol/reference_3M_g90"},
     }
     scenarios = {1: "spread", 2: "speaker-listener", 3: "reference"}
