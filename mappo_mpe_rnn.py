@@ -309,14 +309,6 @@ def nearest_columns(spec: EnvSpec, k: int) -> torch.Tensor:
     return torch.tensor(columns)
 
 
-def sort_state_entities(state: torch.Tensor, entities: tuple, n_agents: int) -> torch.Tensor:
-    """state (..., state_dim) with each agent's part sorted by `sort_entities`: spread's state, the one scenario
-    with entities, joins the agents' observations."""
-    if not entities:
-        return state
-    return sort_entities(state.unflatten(-1, (n_agents, -1)), entities).flatten(-2)
-
-
 class Agent(nn.Module):
     """Decentralized recurrent actor(s) on each agent's observation and a centralized recurrent critic. The
     actors keep a hidden state per (env, agent), the critic one per critic row: per env with EP (all agents would
@@ -351,7 +343,8 @@ class Agent(nn.Module):
 
     def critic_input(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """obs (..., n_agents, obs_dim), state (..., state_dim) -> EP (..., 1, state_dim), FP/AS (..., n_agents, F)."""
-        state = sort_state_entities(state, self.entities, len(self.agent_ids))
+        if self.entities:  # spread's state joins the agents' observations: sort each one's part
+            state = sort_entities(state.unflatten(-1, (len(self.agent_ids), -1)), self.entities).flatten(-2)
         if self.state_type == "EP":
             return state.unsqueeze(-2)
         ids = self.agent_ids.expand(*obs.shape[:-1], -1)

@@ -352,14 +352,6 @@ def nearest_columns(spec: EnvSpec, k: int) -> torch.Tensor:
     return torch.tensor(columns)
 
 
-def sort_state_entities(state: torch.Tensor, entities: tuple, n_agents: int) -> torch.Tensor:
-    """state (..., state_dim) with each agent's part sorted by `sort_entities`: spread's state, the one scenario
-    with entities, joins the agents' observations."""
-    if not entities:
-        return state
-    return sort_entities(state.unflatten(-1, (n_agents, -1)), entities).flatten(-2)
-
-
 class MultiAgentTransformer(nn.Module):
     """Encoder: observations -> representations; decoder: representations and earlier agents' actions -> the
     next agent's action logits; critic: the env's state -> one value per agent."""
@@ -409,7 +401,9 @@ class MultiAgentTransformer(nn.Module):
 
     def get_value(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """(B, n_agents) values, normalized when ValueNorm is on, from the state (B, state_dim) alone (`obs` unused)."""
-        return self.critic(sort_state_entities(state, self.entities, len(self.agent_ids)))
+        if self.entities:  # spread's state joins the agents' observations: sort each one's part
+            state = sort_entities(state.unflatten(-1, (len(self.agent_ids), -1)), self.entities).flatten(-2)
+        return self.critic(state)
 
     def action_tokens(self, actions: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
         """Decoder input tokens (..., token_dim) of actions: a discrete action's one-hot in slots 1..action_dim, a
