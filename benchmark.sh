@@ -8,7 +8,7 @@ cd "$(dirname "$0")"
 export SDL_VIDEODRIVER=dummy
 
 case "${1:-}" in
-  results)  # README, Results: the table and both figures (docs/benchmark/grid), 44 runs, about 10 hours two at a time.
+  results)  # README, Results: the table and the figure (docs/benchmark/grid), 44 runs, about 10 hours two at a time.
     # Run again after a stop, or on another machine with the records in docs/benchmark/grid/records: it goes on.
     python benchmark.py grid --out docs/benchmark/grid
     ;;

@@ -20,7 +20,6 @@ import itertools
 import json
 import os
 import re
-import warnings
 from collections import defaultdict
 
 import numpy as np
@@ -199,14 +198,10 @@ def interval_estimates(scores: dict[str, np.ndarray], target: float) -> dict[str
             [metrics.aggregate_iqm(x), metrics.aggregate_mean(x), metrics.aggregate_optimality_gap(x, target)]
         )
 
-    with warnings.catch_warnings():  # arch warns that rliable hands it a RandomState
-        warnings.simplefilter("ignore", FutureWarning)
-        points, intervals = library.get_interval_estimates(
-            {name: x[:, None] for name, x in scores.items()},
-            aggregates,
-            reps=BOOTSTRAP_REPS,
-            random_state=np.random.RandomState(0),
-        )
+    np.random.seed(0)  # rliable 1.2 resamples with numpy's global generator, whatever its random_state says
+    points, intervals = library.get_interval_estimates(
+        {name: x[:, None] for name, x in scores.items()}, aggregates, reps=BOOTSTRAP_REPS
+    )
     return {name: np.column_stack([points[name], intervals[name].T]) for name in scores}
 
 
@@ -214,11 +209,8 @@ def improvement_probabilities(scores: dict[str, np.ndarray]) -> dict[tuple[str, 
     """{(x, y): (3,)}: for every pair of scripts, the probability that a run of x scores above a run of y
     (ties count half) and its 95% stratified bootstrap confidence interval."""
     pairs = {(x, y): (scores[x][:, None], scores[y][:, None]) for x, y in itertools.combinations(scores, 2)}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        points, intervals = library.get_interval_estimates(
-            pairs, metrics.probability_of_improvement, reps=BOOTSTRAP_REPS, random_state=np.random.RandomState(0)
-        )
+    np.random.seed(0)  # as `interval_estimates`
+    points, intervals = library.get_interval_estimates(pairs, metrics.probability_of_improvement, reps=BOOTSTRAP_REPS)
     return {pair: np.array([points[pair], *intervals[pair][:, 0]]) for pair in pairs}
 
 

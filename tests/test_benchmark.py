@@ -108,6 +108,9 @@ def test_interval_estimates_known_answers():
     assert np.all(estimates["x"][:2, 1:] >= 1.0) and np.all(estimates["x"][:2, 1:] <= 5.0)
     assert estimates["x"][0, 1] < estimates["x"][0, 2]  # a real interval
     np.testing.assert_allclose(estimates["same"], [[2.0, 2.0, 2.0], [2.0, 2.0, 2.0], [2.0, 2.0, 2.0]])
+    np.random.seed(1)  # rliable resamples from numpy's global generator: the intervals must not depend on its state
+    again = bp.interval_estimates({"x": np.arange(1.0, 6.0), "same": np.full(4, 2.0)}, target=4.0)
+    assert all(np.array_equal(estimates[name], again[name]) for name in estimates)
 
 
 def test_improvement_probabilities_known_answers():
@@ -118,6 +121,8 @@ def test_improvement_probabilities_known_answers():
     assert list(p) == [("x", "y"), ("x", "z"), ("y", "z")]
     assert p[("x", "y")][0] == pytest.approx(0.24) and p[("x", "y")][1] <= 0.24 <= p[("x", "y")][2]
     np.testing.assert_allclose(p[("x", "z")], [0.0, 0.0, 0.0])
+    np.random.seed(1)  # the same intervals whatever state numpy's global generator is in
+    assert all(np.array_equal(p[pair], q) for pair, q in bp.improvement_probabilities({"x": x, "y": x + 1.5}).items())
 
 
 def test_results_table_numbers(grid_dir):
@@ -476,29 +481,19 @@ def test_every_mode_runs_on_a_tiny_budget(tmp_path, capsys, mode):
 
 
 def test_the_readme_results_are_the_benchmark_tables():
-    """Every cell of the README's results table at the official budgets (absolute metric IQM / train IQM, with their
-    intervals) is the row of its script in the protocol's results.md that the README cites, and the reference
-    policies the quick start names are reference_policies.json's at N = 3."""
+    """Every cell of the README's results table (absolute metric IQM / train IQM, with their intervals) is the row of
+    its script and scenario in the results.md of the grid at one commit, and the reference policies the quick start
+    names are reference_policies.json's at N = 3."""
     readme = open(os.path.join(ROOT, "README.md")).read()
-    sources = {  # README column -> the results.md of each script, under docs/benchmark
-        1: dict.fromkeys(("mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"), "grid"),  # at one commit
-        2: dict.fromkeys(("mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"), "grid"),
-        3: {"mappo_mpe": "grid", "mat_mpe": "protocol/reference_3M_g90"},
-    }
-    scenarios = {1: "spread", 2: "speaker-listener", 3: "reference"}
-    sources[3] |= dict.fromkeys(("mappo_mpe_rnn", "mat_mpe_ep_critic"), "grid")
+    table = open(os.path.join(ROOT, "docs/benchmark/grid/results.md")).read()
+    grid = {(c[0].strip("| "), c[1]): c for c in (line.split(" | ") for line in table.splitlines()) if len(c) > 8}
     rows = [line.strip("| ").split(" | ") for line in readme.splitlines() if line.startswith("| `") and " / " in line]
     rows = {row[0].strip("`")[: -len(".py")]: row for row in rows if "[" in row[1]}  # the results table's rows
     assert set(rows) == {"mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"}
-    for column, scripts in sources.items():
-        for script, folder in scripts.items():
-            table = open(os.path.join(ROOT, "docs/benchmark", folder, "results.md")).read()
-            (source,) = [
-                cells
-                for cells in map(lambda line: line.split(" | "), table.splitlines())
-                if cells[1:2] == [script] and len(cells) > 8 and cells[0].strip("| ") == scenarios[column]
-            ]
-            assert rows[script][column] == f"{source[4]} / {source[7]}", (script, folder)
+    for script, row in rows.items():
+        for column, scenario in enumerate(("spread", "speaker-listener", "reference"), start=1):
+            source = grid[scenario, script]  # absolute metric IQM, train IQM
+            assert row[column] == f"{source[4]} / {source[7]}", (script, scenario)
     policies = json.load(open(os.path.join(ROOT, "docs/benchmark/reference_policies.json")))["simple_spread_v3"]["3"]
     quoted = {"random": "random actions", "nearest landmark": "the nearest landmark", "scripted": "optimal assignment"}
     quoted["planner"] = "steers clear of the others"
