@@ -361,15 +361,18 @@ class Panel(Mode):
 
 
 def random_return(flags: list[str]) -> float:
-    """The mean per-agent return of 20 episodes of uniformly random actions in the env of `flags`."""
+    """The mean per-agent return of 20 episodes of seeded uniformly random actions in the env of `flags`."""
     m = script_module("mappo")
     args = m.parse_args(flags)
     env, returns = m.make_env(args.env_id, m.scenario_kwargs(args)), []
     for episode in range(20):
         env.reset(seed=episode)
-        total = dict.fromkeys(env.possible_agents, 0.0)
+        spaces = {a: env.action_space(a) for a in env.possible_agents}
+        for i, space in enumerate(spaces.values()):  # the episode's random actions, the same every time
+            space.seed(1000 * episode + i)
+        total = dict.fromkeys(spaces, 0.0)
         while env.agents:
-            for agent, reward in env.step({a: env.action_space(a).sample() for a in env.agents})[1].items():
+            for agent, reward in env.step({a: spaces[a].sample() for a in env.agents})[1].items():
                 total[agent] += reward
         returns.append(np.mean(list(total.values())))
     return float(np.mean(returns))

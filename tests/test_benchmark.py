@@ -480,6 +480,12 @@ def test_every_mode_runs_on_a_tiny_budget(tmp_path, capsys, mode):
         assert "identical at every step: True []" in out
 
 
+def test_the_panels_random_policy_is_seeded():
+    """The random column of the panel is the same number at every measurement (it once moved by about 0.5)."""
+    flags = benchmark.PANEL_ENVS["spread"].split()
+    assert benchmark.random_return(flags) == benchmark.random_return(flags)
+
+
 def test_the_readme_results_are_the_benchmark_tables():
     """Every cell of the README's results table (absolute metric IQM / train IQM, with their intervals) is the row of
     its script and scenario in the results.md of the grid at one commit, and the reference policies the quick start
