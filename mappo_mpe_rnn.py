@@ -138,13 +138,15 @@ class Args:
     separate_actors: bool = False
     """if toggled, every agent has its own actor parameters (the critic stays shared)"""
     team_reward: bool = True
-    """if toggled, every agent is trained on the mean of all agents' rewards"""
+    """if toggled, every agent learns the mean of all agents' rewards, to the end of the episode even once it died"""
 
     # Evaluation and logging
     eval_interval: int = 0
     """environment steps between deterministic evaluations; 0: 50k, or 30 iterations where those are more steps"""
     n_eval_episodes: int = 32
     """episodes per evaluation (one per evaluation env)"""
+    eval_sample: bool = False
+    """if toggled, evaluations sample the policy's actions, not the likeliest ones (greedy agents can deadlock)"""
     eval_max_steps: int = 10_000
     """steps after which an evaluation episode ends if the env has not ended it (one without a time limit never does)"""
     log_interval: int = 20_000
@@ -483,10 +485,17 @@ class RolloutBuffer:
         self.actor_hidden, self.critic_hidden = actor_hidden, self.next_critic_hidden
 
 
-def compute_gae(buffer: RolloutBuffer, gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAE over the rollout's (T, ...) `rewards`, `terminated`, `truncated` and (T+1, ...) `values`: a truncated episode
-    bootstraps from its final observation's value (`final_values`), a terminated one from zero."""
+def compute_gae(buffer: RolloutBuffer, gamma: float, gae_lambda: float, team_reward: bool):
+    """GAE over the rollout's (T, n_envs, n_agents) `rewards`, `terminated`, `truncated` and (T+1, ...) `values`: a
+    truncated episode bootstraps from its final observation's value (`final_values`), a terminated one from zero. Each
+    agent's episode ends where it leaves; with `team_reward` where the env's ends (its last agent left), truncated if
+    an agent was truncated and not terminated: an agent that died goes on earning the team's rewards, as in the
+    official codes' GAE."""
     rewards, values, terminated, truncated = buffer.rewards, buffer.values, buffer.terminated, buffer.truncated
+    if team_reward:
+        ended = (terminated | truncated).all(dim=-1, keepdim=True)
+        truncated = (ended & (truncated & ~terminated).any(dim=-1, keepdim=True)).expand_as(truncated)
+        terminated = ended & ~truncated
     next_values = torch.where(truncated, buffer.final_values, values[1:]) * ~terminated
     deltas = rewards + gamma * next_values - values[:-1]
     episode_continues = ~(terminated | truncated)
@@ -516,12 +525,13 @@ def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip: float) -> 
 
 
 def value_loss_fn(values, old_values, returns, alive, args: Args) -> torch.Tensor:
-    """Huber loss of normalized values against normalized returns, PPO-clipped with --clipped-value-loss."""
+    """Huber loss of normalized values against normalized returns, PPO-clipped with --clipped-value-loss, over the
+    agents in their episode; with the team's reward over all: a dead agent's return is the team's until the end."""
     loss = F.huber_loss(values, returns, reduction="none", delta=args.huber_delta)
     if args.clipped_value_loss:
         values_clipped = old_values + (values - old_values).clamp(-args.clip, args.clip)
         loss = torch.max(loss, F.huber_loss(values_clipped, returns, reduction="none", delta=args.huber_delta))
-    return masked_mean(loss, alive)
+    return masked_mean(loss, alive | args.team_reward)
 
 
 def minibatch_indices(batch_size: int, num_mini_batch: int, device: torch.device) -> list:
@@ -538,8 +548,9 @@ def ppo_update(agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advan
     before step 0, so every stored step is trained on once per epoch with the hidden state it was acted on with."""
     obs, state, starts, alive = buffer.obs[:-1], buffer.state[:-1], buffer.starts[:-1], buffer.alive[:-1]
     actions, old_logprobs, avail = buffer.actions, buffer.logprobs, buffer.avail[:-1]
-    value_norm.update(returns[alive])  # the returns and advantages of agents in their episode
-    norm_returns, old_values = value_norm.normalize(returns), value_norm.normalize(buffer.values[:-1])
+    old_values = value_norm.normalize(buffer.values[:-1])  # the critic's outputs when acting: the clip's centre
+    value_norm.update(returns[alive | args.team_reward])  # the returns the critic learns (value_loss_fn)
+    norm_returns = value_norm.normalize(returns)
     advantages = (advantages - advantages[alive].mean()) / (advantages[alive].std() + 1e-5)
 
     n_envs = obs.shape[1]
@@ -658,7 +669,7 @@ def main(args: Args) -> dict:
 
                 # 2. Values and advantages
                 buffer.compute_values(agent, value_norm)
-                advantages, returns = compute_gae(buffer, args.gamma, args.gae_lambda)
+                advantages, returns = compute_gae(buffer, args.gamma, args.gae_lambda, args.team_reward)
 
             # 3. PPO update
             update_start = time.time()
@@ -684,8 +695,7 @@ def main(args: Args) -> dict:
                 evaluate_and_keep_best(agent, value_norm, optimizer, eval_envs, args, writer, progress, run_dir, stop)
 
             if due(global_step, args.log_interval, T * n_envs) or last or global_step == start_step + T * n_envs:
-                total_steps = num_iterations * T * n_envs
-                print(progress_line(global_step, total_steps, sps, progress.train_return, progress.eval_return, losses))
+                print(progress_line(progress, num_iterations * T * n_envs, sps, losses, args.eval_sample))
 
             # 6. A training checkpoint to resume from
             if due(global_step, args.checkpoint_interval or max(200_000, apart), T * n_envs) or last or stop.signal:
@@ -793,16 +803,17 @@ def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
     env = make_env(env_id, scenario)
     first = call_env(env_id, env, "reset", seed=0)  # (observations, infos)
     agents, box = env.possible_agents, lambda s: isinstance(s, gymnasium.spaces.Box) and np.prod(s.shape) <= MAX_INPUTS
-    counts = (gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete, gymnasium.spaces.MultiBinary)  # as numbers
+    counts = (gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete, gymnasium.spaces.MultiBinary)  # flattened
     obs_spaces, action_spaces = [env.observation_space(a) for a in agents], [env.action_space(a) for a in agents]
     # PettingZoo's two places for action masks: a Dict observation {"observation", "action_mask"}, or the info
     in_obs = all(isinstance(s, gymnasium.spaces.Dict) and "action_mask" in s.spaces for s in obs_spaces)
     masks = "observation" if in_obs else "info" if any("action_mask" in first[1].get(a, {}) for a in agents) else ""
     obs_spaces = [s["observation"] for s in obs_spaces] if masks == "observation" else obs_spaces
+    sizes = [gymnasium.spaces.flatdim(s) if box(s) or isinstance(s, counts) else np.inf for s in obs_spaces]  # one-hot
     discrete = all(isinstance(s, gymnasium.spaces.Discrete) for s in action_spaces)
     continuous = all(box(s) and len(s.shape) == 1 and np.isfinite(s.low + s.high).all() for s in action_spaces)
     unsupported = [
-        (not all(box(s) or isinstance(s, counts) for s in obs_spaces), f"observations {set(map(str, obs_spaces))}"),
+        (max(sizes) > MAX_INPUTS, f"observations {set(map(str, obs_spaces))}"),
         (not (discrete or continuous), f"actions {set(map(str, action_spaces))}"),
         (masks and not discrete, f"action masks with actions {set(map(str, action_spaces))}"),
         (set(env.agents) != set(agents), "agents who join an episode after its start"),
@@ -813,14 +824,13 @@ def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
             f"{MAX_INPUTS} numbers (an image wants a wrapper, e.g. SuperSuit's resize, in a module of your own for "
             "--env-id), all Discrete or all bounded 1-D Box actions, and every agent from the start of an episode"
         )
-    obs_dim = max(int(np.prod(s.shape)) for s in obs_spaces)
     action_dims = [s.shape[0] if continuous else int(s.n) for s in action_spaces]
     avail = np.arange(max(action_dims)) < np.array(action_dims)[:, None]  # (n_agents, action_dim)
     entities = ()
     if env_id == "simple_spread_v3":  # [vel, pos, N landmarks, N - 1 other agents, their messages], 2 numbers each
         n, others = len(agents), 4 + 2 * len(agents)
         entities = ((n, (4,)), (n - 1, (others, others + 2 * (n - 1))))
-    spec = EnvSpec(agents, obs_dim, len(avail[0]), 0, avail, continuous, masks, False, 0, entities, env_id, scenario)
+    spec = EnvSpec(agents, max(sizes), len(avail[0]), 0, avail, continuous, masks, False, 0, entities, env_id, scenario)
     state_space = getattr(env, "state_space", None)
     return probe_env(spec, env, first, state_space if box(state_space) else None)
 
@@ -1127,6 +1137,8 @@ class PettingZooEnv(gymnasium.Env):
         self.env, self.env_id, self.env_spec = make_env(spec.env_id, spec.scenario, render_mode), spec.env_id, spec
         n_agents, self.frames, self.recording, self.render_mode = len(spec.agents), [], False, render_mode
         self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (n_agents, spec.obs_dim), np.float32)
+        spaces = [self.env.observation_space(agent) for agent in spec.agents]  # of what the networks take
+        self.obs_spaces = [s["observation"] for s in spaces] if spec.action_masks == "observation" else spaces
         self.action_space = gymnasium.spaces.MultiDiscrete([spec.action_dim] * n_agents)
         if spec.continuous:  # the policy acts in the unit box, mapped to each agent's bounds by `env_action`
             self.action_space = gymnasium.spaces.Box(0.0, 1.0, (n_agents, spec.action_dim), np.float32)
@@ -1143,9 +1155,9 @@ class PettingZooEnv(gymnasium.Env):
         obs = np.zeros(self.observation_space.shape, dtype=np.float32)
         if self.env_spec.action_masks == "observation":  # Dict observations: what the networks take
             observations = {agent: own["observation"] for agent, own in observations.items()}
-        for i, agent in enumerate(self.env_spec.agents):
-            if agent in observations:
-                flat = np.asarray(observations[agent], dtype=np.float32).ravel()
+        for i, (agent, space) in enumerate(zip(self.env_spec.agents, self.obs_spaces)):
+            if agent in observations:  # flattened as gymnasium does: a Discrete observation one-hot
+                flat = gymnasium.spaces.flatten(space, observations[agent])
                 obs[i, : len(flat)] = flat
         return obs
 
@@ -1229,10 +1241,10 @@ class PettingZooVecEnv:
 
 
 @torch.no_grad()
-def evaluate(agent: nn.Module, envs: PettingZooVecEnv, seed: int, max_steps: int, stop: StopRequest | None):
-    """One greedy episode in each env, env k reset with `seed + k` (every evaluation plays the same episodes), ended by
-    the env or after `max_steps` steps, or cut short by a stop request: their per-agent returns (n_envs, n_agents),
-    and the frames (T + 1, H, W, 3) of env 0's if it renders."""
+def evaluate(agent, envs: PettingZooVecEnv, seed: int, max_steps: int, stop: StopRequest | None, sample: bool):
+    """One episode in each env, greedy or sampling the policy (`sample`), env k reset with `seed + k` (every evaluation
+    plays the same episodes), ended by the env or after `max_steps` steps, or cut short by a stop request: their
+    per-agent returns (n_envs, n_agents), and the frames (T + 1, H, W, 3) of env 0's if it renders."""
     envs.reset(seed)
     returns = torch.zeros(envs.n_envs, len(envs.spec.agents), device=envs.device)
     playing = torch.ones(envs.n_envs, dtype=torch.bool, device=envs.device)  # in its first episode still
@@ -1241,7 +1253,7 @@ def evaluate(agent: nn.Module, envs: PettingZooVecEnv, seed: int, max_steps: int
         if not playing.any() or (stop is not None and stop.signal is not None):
             break
         obs, _, _, avail = envs.observe()
-        actions, _, hidden = agent.act(obs, avail, hidden, starts, deterministic=True)
+        actions, _, hidden = agent.act(obs, avail, hidden, starts, deterministic=not sample)
         step = envs.step(actions)
         returns += step.rewards * playing[:, None]
         playing &= ~step.ended
@@ -1251,9 +1263,12 @@ def evaluate(agent: nn.Module, envs: PettingZooVecEnv, seed: int, max_steps: int
 
 
 def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args: Args, writer, step: int, video: str | None, stop):
-    """The greedy policy's per-agent returns (n_episodes, n_agents), in episodes seeded apart from training's;
-    with --capture-video the first episode also goes to the mp4 file `video` and to TensorBoard."""
-    returns, frames = evaluate(agent, eval_envs, args.seed + 100_000, args.eval_max_steps, stop)
+    """The policy's per-agent returns (n_episodes, n_agents), greedy or with --eval-sample sampled, in episodes seeded
+    apart from training's; with --capture-video the first episode also goes to the mp4 file `video` and to TensorBoard.
+    Sampling draws from a generator seeded alike every time, apart from training's, which is left as it was."""
+    with torch.random.fork_rng(devices=[eval_envs.device] * (eval_envs.device.type == "cuda")):
+        torch.manual_seed(args.seed + 100_000)
+        returns, frames = evaluate(agent, eval_envs, args.seed + 100_000, args.eval_max_steps, stop, args.eval_sample)
     if frames is not None:
         os.makedirs(os.path.dirname(video), exist_ok=True)
         imageio.mimwrite(video, frames, fps=10, macro_block_size=1)
@@ -1322,7 +1337,7 @@ def restore(checkpoint: dict, agent: nn.Module, value_norm, optimizer, path: str
 RUN_CONTROL_ARGS = frozenset(
     "exp_name cuda track wandb_project_name wandb_entity capture_video save_model eval_checkpoint eval_n_agents resume "
     "checkpoint_interval total_timesteps eval_interval n_eval_episodes eval_max_steps log_interval "
-    "n_training_threads".split()
+    "n_training_threads eval_sample".split()
 )
 
 
@@ -1551,12 +1566,14 @@ def log_iteration(writer, global_step: int, sps: int, seconds: dict, lr: float, 
         writer.add_scalar(tag, value, global_step)
 
 
-def progress_line(global_step: int, total_steps: int, sps: int, train_return: float, eval_return: float, losses: dict):
-    minutes, seconds = divmod(int((total_steps - global_step) / max(sps, 1)), 60)
+def progress_line(progress: Progress, total_steps: int, sps: int, losses: dict, sampled: bool) -> str:
+    """Where the run is: the latest training and evaluation returns (`sampled`: of the sampling policy), losses, ETA."""
+    minutes, seconds = divmod(int((total_steps - progress.global_step) / max(sps, 1)), 60)
     eta = f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{seconds:02d}s"
     return (
-        f"step {global_step:>9,}/{total_steps:,} | SPS {sps:>5} | episodic_return {train_return:7.2f} | "
-        f"eval {eval_return:7.2f} | value_loss {losses['value_loss']:.4f} | entropy {losses['entropy']:.3f} | ETA {eta}"
+        f"step {progress.global_step:>9,}/{total_steps:,} | SPS {sps:>5} | episodic_return {progress.train_return:7.2f}"
+        f" | eval{' sampled' * sampled} {progress.eval_return:7.2f} | value_loss {losses['value_loss']:.4f} | entropy "
+        f"{losses['entropy']:.3f} | ETA {eta}"
     )
 
 
@@ -1566,6 +1583,7 @@ def run_evaluation_only(args: Args, device: torch.device):
     checkpoint = load_checkpoint(args.eval_checkpoint, device)
     saved = {k: v for k, v in checkpoint["args"].items() if k in {f.name for f in dataclasses.fields(Args)}}
     keep = "eval_checkpoint n_eval_episodes eval_max_steps capture_video seed cuda compile eval_n_agents".split()
+    keep += ["eval_sample"] * args.eval_sample  # sampled where the checkpoint's run or this command says so
     args = dataclasses.replace(Args(**saved), **{k: v for k, v in vars(args).items() if k in keep})
     if args.eval_n_agents and not args.nearest_k:
         raise SystemExit(f"error: --eval-n-agents needs a checkpoint trained with --nearest-k: {args.eval_checkpoint}")
@@ -1585,8 +1603,8 @@ def run_evaluation_only(args: Args, device: torch.device):
         returns = evaluate_and_record(agent, envs, args, writer, step, video, None)
     per_agent = ", ".join(f"{a} {r:.3f}" for a, r in zip(envs.spec.agents, returns.mean(axis=0)))
     print(
-        f"{args.eval_checkpoint} (trained {step} steps on {args.env_id}): eval episodic_return "
-        f"{returns.mean():.3f} +- {returns.mean(axis=1).std():.3f} over {len(returns)} episodes; {per_agent}"
+        f"{args.eval_checkpoint} (trained {step} steps on {args.env_id}): eval{' sampled' * args.eval_sample} episodic"
+        f"_return {returns.mean():.3f} +- {returns.mean(axis=1).std():.3f} over {len(returns)} episodes; {per_agent}"
         + (f"\nvideo written to {video}" if video else "")
     )
     return returns

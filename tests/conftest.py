@@ -1,5 +1,7 @@
 """What the test files share: running a script end to end on a tiny budget, and checking its output."""
 
+import copy
+import dataclasses
 import os
 import signal
 import subprocess
@@ -355,3 +357,17 @@ def assert_the_encoder_takes_any_team_size(m, spec):
     x = model.agent_inputs(obs, None)
     padded = torch.nn.functional.pad(m.sort_entities(obs, spec.entities), (0, 1))
     torch.testing.assert_close(x, padded[..., NEAREST_3_COLUMNS[n_agents]], rtol=0, atol=0)
+
+
+def assert_the_value_clip_is_centred_on_the_values_acted_with(m, agent, value_norm, optimizer, buffer, args):
+    """With the rollout's values computed as training computes them, the first epoch of an update gives the critic's
+    values back: the clip's centre, so that the clipped and the plain value losses are equal. ValueNorm takes new
+    statistics from the returns first (random ones, far from its initial ones)."""
+    buffer.compute_values(agent, value_norm)
+    returns, advantages = torch.randn_like(buffer.rewards), torch.randn_like(buffer.rewards)
+    losses = []
+    for clipped in (True, False):
+        copies = copy.deepcopy((agent, optimizer, value_norm))  # the same model and statistics for both
+        settings = dataclasses.replace(args, clipped_value_loss=clipped, ppo_epoch=1)
+        losses.append(m.ppo_update(*copies, buffer, advantages, returns, settings)["value_loss"])
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6, abs=1e-7) and losses[1] > 0.1

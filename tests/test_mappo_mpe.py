@@ -35,6 +35,7 @@ from conftest import (  # noqa: E402
     assert_resume_is_exact,
     assert_sigterm_checkpoint_resumes,
     assert_stops_cleanly,
+    assert_the_value_clip_is_centred_on_the_values_acted_with,
     logged_scalars,
     random_masks,
     save_then_test_mode,
@@ -417,13 +418,58 @@ def test_gae_matches_reference_loop_with_truncation_and_termination():
     rollout = dict(
         rewards=rewards, values=values, final_values=final_values, terminated=terminated, truncated=truncated
     )
-    adv, ret = m.compute_gae(SimpleNamespace(**{k: torch.as_tensor(x) for k, x in rollout.items()}), 0.99, 0.95)
+    buffer = SimpleNamespace(**{k: torch.as_tensor(x) for k, x in rollout.items()})
+    adv, ret = m.compute_gae(buffer, 0.99, 0.95, team_reward=False)  # each column an agent of its own
     ref_adv, ref_ret = reference_gae(rewards, values, final_values, terminated, truncated, 0.99, 0.95)
     np.testing.assert_allclose(adv.numpy(), ref_adv, rtol=1e-12)
     np.testing.assert_allclose(ret.numpy(), ref_ret, rtol=1e-12)
     # a truncated step bootstraps from its final observation's value, a terminated one from nothing
     np.testing.assert_allclose(adv[4, 0].item(), rewards[4, 0] + 0.99 * final_values[4, 0] - values[4, 0])
     np.testing.assert_allclose(adv[8, 3].item(), rewards[8, 3] - values[8, 3])
+
+
+@pytest.mark.parametrize("team_reward", [True, False])
+def test_gae_credits_an_agent_with_the_teams_rewards_after_its_death(team_reward):
+    """gamma 0.5, lambda 1 (returns are discounted sums), two envs of two agents sharing the team's rewards 1, 2, 3, 4.
+    Env 0: agent 0 dies at step 1, agent 1 is truncated at step 3 (final values 2 and 4). Env 1: agent 0 dies at
+    step 0, agent 1 at step 2, which ends the episode (no bootstrap); the next one is truncated at step 3. With the team
+    reward a dead agent's returns run on with the team's to the episode's end; without, they end where it died. An
+    agent both terminated and truncated is terminated."""
+    T, n_envs, n_agents = 4, 2, 2
+    terminated, truncated = (
+        torch.zeros(T, n_envs, n_agents, dtype=torch.bool),
+        torch.zeros(T, n_envs, n_agents, dtype=torch.bool),
+    )
+    terminated[1:, 0, 0] = terminated[0:3, 1, 0] = terminated[2, 1, 1] = True  # a dead agent stays terminated
+    truncated[3, 0, 1] = truncated[3, 1] = True
+    rollout = SimpleNamespace(
+        rewards=torch.tensor([1.0, 2.0, 3.0, 4.0])[:, None, None].expand(T, n_envs, n_agents),
+        values=torch.rand(T + 1, n_envs, n_agents),
+        final_values=torch.zeros(T, n_envs, n_agents).index_put_((torch.tensor([3]),), torch.tensor([2.0, 4.0])),
+        terminated=terminated,
+        truncated=truncated,
+    )
+    _, returns = m.compute_gae(rollout, 0.5, 1.0, team_reward)
+    if team_reward:
+        expected = [  # (T, n_envs, n_agents): each agent's discounted team return to its env's episode end
+            [[3.375, 3.5], [2.75, 2.75]],
+            [[4.75, 5.0], [3.5, 3.5]],
+            [[5.5, 6.0], [3.0, 3.0]],
+            [[5.0, 6.0], [5.0, 6.0]],
+        ]
+    else:  # agent 0 ends at its death: env 0 at step 1, env 1 at step 0, then every step ends (it stays dead)
+        expected = [
+            [[2.0, 3.5], [1.0, 2.75]],
+            [[2.0, 5.0], [2.0, 3.5]],
+            [[3.0, 6.0], [3.0, 3.0]],
+            [[4.0, 6.0], [5.0, 6.0]],
+        ]
+    torch.testing.assert_close(returns, torch.tensor(expected), atol=1e-6, rtol=0)
+    # every agent terminated and truncated at once: terminated wins, as in gymnasium (no bootstrap from 50)
+    both = torch.ones(1, 1, 2, dtype=torch.bool)
+    rollout = SimpleNamespace(rewards=torch.ones(1, 1, 2), values=torch.zeros(2, 1, 2), terminated=both, truncated=both)
+    rollout.final_values = torch.full((1, 1, 2), 50.0)
+    assert torch.equal(m.compute_gae(rollout, 0.5, 1.0, team_reward)[1], torch.ones(1, 1, 2))
 
 
 def test_policy_loss_on_hand_made_batch():
@@ -457,15 +503,19 @@ def test_value_loss_huber_and_clipping():
     # clipped predictions 0.1, 0.2, 0.8: the max keeps the larger loss of each element
     expected_clipped = [0.5 * 0.1**2, 10.0 * (20.0 - 5.0), 0.5 * 0.8**2]
     torch.testing.assert_close(clipped, torch.tensor(expected_clipped).mean())
-    alive[1] = False
-    clipped = m.value_loss_fn(values, old, returns, alive, m.Args())  # clip 0.2, huber_delta 10
+    alive[1] = False  # left the episode: its return is the team's until the end, and only with the team reward
+    clipped = m.value_loss_fn(values, old, returns, alive, m.Args(team_reward=False))
     torch.testing.assert_close(clipped, torch.tensor([expected_clipped[0], expected_clipped[2]]).mean())
+    torch.testing.assert_close(
+        m.value_loss_fn(values, old, returns, alive, m.Args()), torch.tensor(expected_clipped).mean()
+    )
 
 
 @pytest.mark.parametrize("continuous", [False, True])
 def test_first_ppo_epoch_starts_on_policy(continuous):
     """Before any update the new policy is the old one: ratio 1, clipfrac 0 in the first minibatch (for continuous
-    actions: the censored log-probability of the stored, clipped sample is recomputed exactly)."""
+    actions: the censored log-probability of the stored, clipped sample is recomputed exactly); the values are the
+    old ones, the centre of the value clip."""
     torch.manual_seed(0)
     spec = env_spec(continuous_actions=continuous)
     args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0, continuous_actions=continuous)
@@ -482,6 +532,7 @@ def test_first_ppo_epoch_starts_on_policy(continuous):
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(5, 2, 3), torch.randn(5, 2, 3), args)
     assert stats["ratio"] == pytest.approx(1.0, abs=1e-6)
     assert stats["clipfrac"] == 0.0 and stats["approx_kl"] == pytest.approx(0.0, abs=1e-7)
+    assert_the_value_clip_is_centred_on_the_values_acted_with(m, agent, value_norm, optimizer, buffer, args)
 
 
 def test_std_is_trained_as_part_of_the_actor():
@@ -560,7 +611,7 @@ def test_evaluation_plays_mpe2_itself():
     for actor in agent.actors:  # logits far from uniform, so that the greedy actions vary
         torch.nn.init.normal_(actor[-1].weight, std=1.0)
     envs = m.PettingZooVecEnv(m.get_env_spec(env_id, scenario(env_id)), 3, 0, CPU)
-    returns, frames = m.evaluate(agent, envs, 10, 1000, None)
+    returns, frames = m.evaluate(agent, envs, 10, 1000, None, False)
     assert returns.shape == (3, 2) and frames is None
     for k in range(3):
         env = importlib.import_module(f"mpe2.{env_id}").parallel_env(max_cycles=25)
@@ -1117,7 +1168,7 @@ def test_the_probe_reads_the_time_limit_and_calls_state_where_training_does(caps
     joined = m.get_env_spec("tests.faulty_env", {"fail": "joined_state"})
     assert joined.has_state and joined.episode_limit == 5 and joined.state_dim == 2 * joined.obs_dim
     tutorial = m.get_env_spec("tests.tutorial_env:MeetEnv", {})
-    assert (tutorial.has_state, tutorial.episode_limit, tutorial.obs_dim, tutorial.state_dim) == (False, 30, 4, 8)
+    assert (tutorial.has_state, tutorial.episode_limit, tutorial.obs_dim, tutorial.state_dim) == (False, 30, 28, 56)
     assert capsys.readouterr().out.splitlines() == [
         "warning: --env-id tests.arena_env: it has no Box state_space of at most 4096 numbers; the critic takes the "
         "observations joined",
@@ -1158,6 +1209,47 @@ def test_without_gamma_given_the_discount_follows_the_time_limit(limit, gamma, m
             m.main(tiny_args(gamma=given, resume="checkpoint.pt"))
         assert chosen.value.args == (expected,)
         assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("gamma")] == said
+
+
+def test_discrete_observations_are_one_hot_and_count_so_against_the_size_limit(monkeypatch):
+    """rps_v2 observes the other's last move as Discrete(4), the tutorial env its grid as MultiDiscrete([7] * 4): as
+    gymnasium's flatten gives them, one-hot (4 and 28 numbers). As one ordinal number, the input LayerNorm would give
+    every rps observation the same features: an actor without ids must tell the four apart. The size limit counts
+    the one-hot width."""
+    spec = m.get_env_spec("pettingzoo.classic.rps_v2", {})
+    assert spec.obs_dim == 4 and m.get_env_spec("tests.tutorial_env:MeetEnv", {}).obs_dim == 28
+    env = m.PettingZooEnv(spec)
+    np.testing.assert_array_equal(env.stack({"player_0": 3, "player_1": 0}), [[0, 0, 0, 1], [1, 0, 0, 0]])
+    obs = torch.stack([torch.as_tensor(env.stack({"player_0": k, "player_1": k})) for k in range(4)])  # (4, 2, 4)
+    agent = m.Agent(spec, m.Args(use_agent_id=False))
+    logits = agent.get_dist(obs, torch.ones(4, 2, 3, dtype=torch.bool)).logits[:, 0]  # (4, 3) of player_0
+    assert len({tuple(row) for row in logits.tolist()}) == 4
+    monkeypatch.setattr(m, "MAX_INPUTS", 3)
+    with pytest.raises(SystemExit, match="unsupported observations {'Discrete"):
+        m.get_env_spec("pettingzoo.classic.rps_v2", {})
+
+
+def test_a_sampled_evaluation_draws_from_a_generator_of_its_own(tmp_path):
+    """--eval-sample: evaluations sample the policy's actions (other returns than the greedy ones on spread), the same
+    draws each time (its own generator, seeded alike), and training's generator is left as it was."""
+    args = tiny_args(n_eval_episodes=4, eval_sample=True)
+    envs = m.PettingZooVecEnv(env_spec(), 4, 0, CPU)
+    agent, *_ = m.build_agent(envs.spec, args, CPU)
+    rng = torch.get_rng_state()
+    sampled = [m.evaluate_and_record(agent, envs, args, None, 0, None, None) for _ in range(2)]
+    assert torch.equal(torch.get_rng_state(), rng)
+    np.testing.assert_array_equal(*sampled)
+    greedy = m.evaluate_and_record(agent, envs, dataclasses.replace(args, eval_sample=False), None, 0, None, None)
+    assert not np.allclose(greedy, sampled[0])
+
+
+def test_a_sampled_evaluation_says_so_in_training_and_in_test_mode(tmp_path, run_script):
+    """The progress lines read "eval sampled"; test mode samples a checkpoint whose run did, and says so."""
+    trained = run_script(tmp_path, *TINY, "--eval-sample", "--save-model")
+    assert "| eval sampled " in trained.stdout.splitlines()[-2]
+    (run_name,) = os.listdir(tmp_path / "runs")
+    tested = run_script(tmp_path, "--eval-checkpoint", str(tmp_path / "runs" / run_name / "model.pt"))
+    assert "(trained 200 steps on simple_spread_v3): eval sampled episodic_return" in tested.stdout
 
 
 def test_observations_and_state_of_several_dimensions_are_taken_flattened():
@@ -1248,7 +1340,7 @@ def test_evaluation_records_the_first_episode_when_its_env_renders():
     agent = m.Agent(spec, m.Args())
     envs = m.PettingZooVecEnv(spec, n_envs=2, seed=0, device=CPU, render_first=True)
     assert [env.render_mode for env in envs.envs.envs] == ["rgb_array", None]
-    returns, frames = m.evaluate(agent, envs, 0, 1000, None)
+    returns, frames = m.evaluate(agent, envs, 0, 1000, None, False)
     assert returns.shape == (2, 3) and frames.shape == (6, 700, 700, 3) and frames.dtype == np.uint8
     assert frames.std() > 0
 
@@ -1293,13 +1385,15 @@ def test_generic_envs_scale_unit_box_actions_to_each_agents_bounds():
     torch.testing.assert_close(step.rewards, torch.tensor([expected]))
 
 
-def test_an_agent_who_died_adds_nothing_to_the_update():
+@pytest.mark.parametrize("team_reward", [True, False])
+def test_an_agent_who_died_adds_nothing_to_the_policys_update(team_reward):
     """tests/dying_env.py, agent_1 gone after step 3 of 6: the update's losses (one batch, before any step) equal
-    those computed by hand from the alive agents' steps only, with the advantages normalized and ValueNorm fed
-    over those steps alone."""
+    those computed by hand from the alive agents' steps only (the policy loss, the entropy, the advantages' statistics);
+    the critic learns those steps too without the team reward, and with it every step (a dead agent's return is the
+    team's until the episode ends), ValueNorm fed likewise."""
     torch.manual_seed(0)
     envs = m.PettingZooVecEnv(m.get_env_spec("tests.dying_env", {}), 2, 0, CPU)
-    args = m.Args(ppo_epoch=1, lr=0.0)
+    args = m.Args(ppo_epoch=1, lr=0.0, team_reward=team_reward)
     agent, value_norm, optimizer = m.build_agent(envs.spec, args, CPU)
     buffer = m.RolloutBuffer(6, 2, envs.spec, CPU)
     envs.reset()
@@ -1310,26 +1404,29 @@ def test_an_agent_who_died_adds_nothing_to_the_update():
             step = envs.step(actions)
             buffer.insert(t, actions, logprobs, step.rewards, step)
         buffer.compute_values(agent, value_norm)
-        advantages, returns = m.compute_gae(buffer, 0.99, 0.95)
+        advantages, returns = m.compute_gae(buffer, 0.99, 0.95, team_reward)
     buffer.logprobs += 0.3 * torch.randn_like(buffer.logprobs)  # ratios away from 1, some clipped: a loss not ~0
     alive = buffer.alive[:-1]
+    valued = alive | team_reward
     assert alive[:3].all() and not alive[3:, :, 1].any() and alive[3:, :, [0, 2]].all()
+    old_values = value_norm.normalize(buffer.values[:-1][valued])  # the critic's outputs when it acted
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
     by_hand = m.ValueNorm()
-    by_hand.update(returns[alive])
+    by_hand.update(returns[valued])
     with torch.no_grad():
         obs, state = buffer.obs[:-1].flatten(0, 1), buffer.state[:-1].flatten(0, 1)
         dist = agent.get_dist(obs, buffer.avail[:-1].flatten(0, 1))
         entropy = dist.entropy().view_as(alive)[alive].mean()
         ratio = (dist.log_prob(buffer.actions.flatten(0, 1)).view_as(alive) - buffer.logprobs)[alive].exp()
-        values = agent.get_value(obs, state).view_as(alive)[alive]
-    old_values, ones = by_hand.normalize(buffer.values[:-1][alive]), torch.ones_like(values, dtype=torch.bool)
-    value_loss = m.value_loss_fn(values, old_values, by_hand.normalize(returns[alive]), ones, args)
+        values = agent.get_value(obs, state).view_as(alive)[valued]
+    ones = torch.ones_like(values, dtype=torch.bool)
+    value_loss = m.value_loss_fn(values, old_values, by_hand.normalize(returns[valued]), ones, args)
     adv = (advantages[alive] - advantages[alive].mean()) / (advantages[alive].std() + 1e-5)
     policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - args.clip, 1 + args.clip) * adv).mean()
     assert abs(policy_loss.item()) > 0.01 and stats["policy_loss"] == pytest.approx(policy_loss.item(), rel=1e-5)
     assert stats["entropy"] == pytest.approx(entropy.item(), rel=1e-6)
     assert stats["value_loss"] == pytest.approx(value_loss.item(), rel=1e-5)
+    assert valued.sum() == (alive.numel() if team_reward else alive.sum())
 
 
 def test_a_resume_after_a_fault_in_the_final_evaluation_finishes_the_run(tmp_path, monkeypatch):

@@ -26,6 +26,7 @@ from conftest import (  # noqa: E402
     assert_resume_is_exact,
     assert_sigterm_checkpoint_resumes,
     assert_stops_cleanly,
+    assert_the_value_clip_is_centred_on_the_values_acted_with,
     random_masks,
     save_then_test_mode,
 )
@@ -221,7 +222,7 @@ def test_evaluation_and_video_reset_the_hidden_state_at_the_episode_start(monkey
 
     monkeypatch.setattr(agent, "act", spy)
     envs = m.PettingZooVecEnv(env_spec(max_cycles=4), 3, 0, CPU, render_first=True)
-    returns, frames = m.evaluate(agent, envs, 0, 1000, None)
+    returns, frames = m.evaluate(agent, envs, 0, 1000, None, False)
     assert len(calls) == 4 and returns.shape == (3, 3) and frames.shape[0] == 5  # 4 steps, and the first frame
     assert torch.all(calls[0][0] == 0) and calls[0][1].all() and calls[0][1].shape == (3,)
     for (_, _, given), (hidden, starts, _) in zip(calls[:-1], calls[1:]):
@@ -289,6 +290,7 @@ def test_first_ppo_epoch_starts_on_policy():
     )
     assert stats["ratio"] == pytest.approx(1.0, abs=1e-6)
     assert stats["clipfrac"] == 0.0 and stats["approx_kl"] == pytest.approx(0.0, abs=1e-7)
+    assert_the_value_clip_is_centred_on_the_values_acted_with(m, agent, value_norm, optimizer, buffer, args)
 
 
 @pytest.mark.parametrize(

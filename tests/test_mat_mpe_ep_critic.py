@@ -28,6 +28,7 @@ from conftest import (  # noqa: E402
     assert_sigterm_checkpoint_resumes,
     assert_stops_cleanly,
     assert_the_encoder_takes_any_team_size,
+    assert_the_value_clip_is_centred_on_the_values_acted_with,
     full_re_decode,
     random_masks,
     save_then_test_mode,
@@ -65,14 +66,20 @@ def random_model(env_id="simple_spread_v3", n_agents=3, seed=0, **args) -> tuple
 
 
 @torch.no_grad()
-def random_rollout(agent, spec, T: int, n_envs: int) -> m.RolloutBuffer:
-    """A buffer of random observations and states, with the actions the agent takes on them."""
+def random_rollout(agent, spec, T: int, n_envs: int, shuffle_agents: bool = False) -> m.RolloutBuffer:
+    """A buffer of random observations and states, with the actions the agent takes on them (decoded in random orders,
+    as main draws them, with `shuffle_agents`)."""
     buffer = m.RolloutBuffer(T, n_envs, spec, CPU)
     buffer.obs.normal_()
     buffer.state.normal_()
     buffer.avail[:] = random_masks(spec, buffer.obs)  # the update scores each action under the mask it had
+    if shuffle_agents:
+        buffer.agent_order = torch.rand(T, n_envs, len(spec.agents)).argsort(dim=-1)
     for t in range(T):
-        buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t], buffer.alive[t], buffer.avail[t])
+        order = None if buffer.agent_order is None else buffer.agent_order[t]
+        buffer.actions[t], buffer.logprobs[t] = agent.act(
+            buffer.obs[t], buffer.alive[t], buffer.avail[t], agent_order=order
+        )
     return buffer
 
 
@@ -223,24 +230,26 @@ def test_model_shapes(env_id):
     assert logprob.shape == entropy.shape == model.get_value(obs, state).shape == (7, n_agents)
 
 
-@pytest.mark.parametrize("continuous", [False, True])
-def test_first_ppo_epoch_starts_on_policy(continuous):
-    """At lr 0 the update's teacher-forced pass gives every stored action the log-prob it was drawn with (ratio 1).
+@pytest.mark.parametrize("continuous,shuffle_agents", [(False, False), (True, False), (False, True)])
+def test_first_ppo_epoch_starts_on_policy(continuous, shuffle_agents):
+    """At lr 0 the update's teacher-forced pass gives every stored action the log-prob it was drawn with (ratio 1),
+    also in the orders --shuffle-agents decoded in; the critic's values are the old ones, the value clip's centre.
     The weights are drawn large, so that each agent's outputs depend strongly on the tokens of the agents before it:
     an untrained model hardly reacts to them, and would pass with the tokens shifted wrongly."""
     torch.manual_seed(0)
     spec = env_spec(continuous_actions=continuous)
-    args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0, continuous_actions=continuous)
+    args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0, continuous_actions=continuous, shuffle_agents=shuffle_agents)
     agent, value_norm, optimizer = m.build_agent(spec, args, CPU)
     with torch.no_grad():
         for weight in agent.parameters():
             weight.normal_(0.0, 0.5)
-    buffer = random_rollout(agent, spec, 5, 2)
+    buffer = random_rollout(agent, spec, 5, 2, shuffle_agents)
     if not continuous:
         assert_no_unavailable_action(buffer)
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(5, 2, 3), torch.randn(5, 2, 3), args)
     assert stats["ratio"] == pytest.approx(1.0, abs=1e-6)
     assert stats["clipfrac"] == 0.0 and stats["approx_kl"] == pytest.approx(0.0, abs=1e-7)
+    assert_the_value_clip_is_centred_on_the_values_acted_with(m, agent, value_norm, optimizer, buffer, args)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ VARIANTS = {
     "memory_estimate": ALL,  # each network's own activations per agent-step
     "ppo_update": ALL,  # how each algorithm scores a minibatch
     "main": {"mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"},  # GRU hidden states; MAT acts on the alive mask
-    "RolloutBuffer": {"mappo_mpe_rnn", "mat_mpe"},  # GRU hidden states and episode starts; MAT stores no state
+    "RolloutBuffer": {"mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"},  # GRU states; MAT's state-less; decoding orders
     "Agent": {"mappo_mpe_rnn"},  # GRU actors and critic
     "evaluate": {"mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"},  # GRU hidden states; MAT masks the dead
     "training_state": {"mappo_mpe_rnn"},  # keeps the GRUs' hidden states for the next rollout
@@ -253,3 +253,17 @@ def test_threads_follow_the_cores_this_process_may_use(script, monkeypatch):
             module.main(module.Args())
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("mode,optimum", [("costly", -10.0), ("helpful", 17.5)])
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_the_team_optimum_that_needs_the_credit_after_a_death_is_learned(script, mode, optimum, tmp_path, monkeypatch):
+    """tests/leave_env.py: agent 0 may leave the episode, which costs the team (its optimum -10 per agent: stay) or
+    pays it at a cost to the one who leaves (17.5: leave at once). With the team's reward an agent's credit runs on
+    after it left, so each script's greedy policy is the team's optimum after 3,000 env steps; one whose credit
+    ended at its death leaves in the first (-23.5) and stays in the second (10)."""
+    module = importlib.import_module(script)
+    monkeypatch.chdir(tmp_path)
+    flags = ["--env-id", "tests.leave_env", "--env-kwargs", "mode", mode, "--total-timesteps", "3000"]
+    flags += ["--n-rollout-threads", "8", "--eval-interval", "3000", "--n-eval-episodes", "4"]
+    assert module.main(module.parse_args(flags))["best_eval"] == pytest.approx(optimum)
