@@ -21,6 +21,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -378,6 +379,187 @@ def random_return(flags: list[str]) -> float:
     return float(np.mean(returns))
 
 
+# ---------------------------------------- Random envs ----------------------------------------------------------------
+
+RANDOM_ENV = "tests.random_env:RandomEnv"  # its behaviour set by --env-kwargs (see its docstring)
+RANDOM_FLAGS = "--total-timesteps 400 --n-rollout-threads 2 --n-eval-episodes 2 --eval-interval 200 --ppo-epoch 1"
+REFUSED = {  # a kind the README refuses: the text its error line holds
+    "obs": {"image": "unsupported observations", "tuple": "unsupported observations"},
+    "action": dict.fromkeys(("box_unbounded", "box_half", "multidiscrete", "mixed"), "unsupported actions"),
+}
+NOT_FINITE = ("returned a NaN or infinity", "does not fit")  # a Box observation, or a discrete one
+FAULTS = {  # a fault of the env: the texts of which its error line holds one
+    "reset": ("its reset() raised",),
+    "step": ("its step() raised",),
+    "nan_obs": NOT_FINITE,
+    "nan_reward": ("returned a NaN or infinity",),
+    "inf_obs_dying": NOT_FINITE,
+}
+# Chosen configurations beside the drawn ones: each defect the check has found, and the README's edge cases
+CHOSEN_CONFIGS = [
+    dict(action="box_unbounded"),  # -inf + inf was a numpy warning before the error line
+    dict(fault="inf_obs_dying", fault_at=10, death_chance=0.1, n_agents=3),  # inf * 0 likewise
+    dict(state="left", death_chance=0.002, n_agents=3),  # a state() that fails after deaths the probe may not see
+    dict(masks="info", masks_at_reset=False),  # masks in step()'s infos only: they were ignored
+    dict(state="infinite", fault_at=30),  # an infinite state() was reported as step()'s
+    dict(obs="sizes", n_agents=3, wide_obs=True),  # a wider observation within the padding was taken
+    dict(masks="observation", mask_dtype="bool", action_start=3, n_agents=3),
+    dict(obs="discrete", masks="info", mask_dtype="float32"),
+    dict(obs="multidiscrete", limit=0, death_chance=0.05),  # no time limit: the deaths end the episodes
+    dict(obs="box2d", action="box", death_chance=0.1, state="box"),
+    dict(state="left", death_chance=0.2),  # the probe sees a death: the observations joined, one warning
+    dict(state="wrong_size"),
+    dict(obs="multibinary", action="box", masks="info"),  # masks with Box actions: refused
+    dict(fault="reset", fault_at=20),
+    dict(fault="nan_reward", fault_at=15, obs="sizes"),
+]
+
+
+def random_env_config(seed: int) -> dict:
+    """A configuration of tests/random_env.py drawn from `seed`: the common kinds mostly, a refused kind, a fault or a
+    wider observation sometimes, so that most runs train and each way of failing comes up."""
+    rng = np.random.default_rng(seed)
+    pick = lambda options, chances=None: options[rng.choice(len(options), p=chances)]  # noqa: E731
+    config = dict(n_agents=int(rng.integers(1, 5)), limit=pick([10, 25, 7, 0], [0.4, 0.3, 0.2, 0.1]))
+    kinds = ["box", "box2d", "sizes", "discrete", "multidiscrete", "multibinary", "image", "tuple"]
+    config["obs"] = pick(kinds, [0.2, 0.15, 0.2, 0.15, 0.1, 0.1, 0.05, 0.05])
+    config["action"] = pick(
+        ["discrete", "box", "box_unbounded", "box_half", "multidiscrete", "mixed"], [0.5, 0.3] + [0.05] * 4
+    )
+    config["death_chance"] = pick([0.0, 0.02, 0.1, 0.3])
+    masks = pick(
+        ["", "info", "observation"], [0.3, 0.35, 0.35] if config["action"] == "discrete" else [0.9, 0.05, 0.05]
+    )
+    if masks:
+        config |= dict(
+            masks=masks, mask_dtype=pick(["int8", "bool", "float32"]), masks_at_reset=bool(rng.random() < 0.7)
+        )
+    config["state"] = pick(["none", "box", "left", "wrong_size", "infinite"], [0.35, 0.3, 0.2, 0.05, 0.1])
+    if rng.random() < 0.25:
+        config |= dict(fault=pick(list(FAULTS)), fault_at=int(rng.integers(0, 150)))
+    if config["obs"] == "sizes" and config["n_agents"] > 1 and rng.random() < 0.2:
+        config["wide_obs"] = True
+    if config["action"] == "discrete" and rng.random() < 0.3:
+        config["action_start"] = int(rng.integers(1, 4))
+    if config["limit"] == 0 and not config["death_chance"]:  # an episode that never ends: evaluations at their cap
+        config["death_chance"] = 0.05
+    return config
+
+
+def promised_outcome(config: dict) -> tuple[str, ...]:
+    """What the README promises for a configuration: ("clean",), or ("error", text...) for one `error:` line holding one
+    of the texts; ("clean", "error", text) where either is promised (a state() that fails once an agent left, when
+    the start-up probe may not see a death)."""
+    texts = [REFUSED[key][config[key]] for key in REFUSED if config.get(key) in REFUSED[key]]
+    if config.get("action") == "mixed" and config.get("n_agents", 2) == 1:  # agent 0's Discrete alone: not a mix
+        texts.remove("unsupported actions")
+    if config.get("masks") and config.get("action", "discrete") != "discrete":
+        texts.append("unsupported action masks")
+    if config.get("wide_obs"):
+        texts.append("does not fit")
+    texts += {"wrong_size": ["has 6 numbers"], "infinite": ["its state() returned a NaN or infinity"]}.get(
+        config.get("state"), []
+    )
+    fault = config.get("fault", "")
+    if fault and (fault != "reset" or config.get("limit", 10) or config.get("death_chance")):
+        if fault != "inf_obs_dying" or config.get("death_chance"):
+            texts += FAULTS[fault]
+    if texts:
+        return ("error", *texts)
+    if config.get("state") == "left" and config.get("death_chance"):  # where the probe met a death, or not
+        return ("clean", "error", "once an agent left")
+    return ("clean",)
+
+
+def run_random_env(script: str, config: dict, timeout: float = 300.0) -> tuple[str, str]:
+    """Trains `script` on the configured env at a tiny budget, as a new user runs it: what happened (`classify`) and
+    the output's last line; "hang" where it ran past `timeout` seconds."""
+    kwargs = [str(x) for item in config.items() for x in item]
+    command = [
+        sys.executable,
+        os.path.join(HERE, f"{SCRIPTS[script]}.py"),
+        "--env-id",
+        RANDOM_ENV,
+        "--env-kwargs",
+        *kwargs,
+    ]
+    with tempfile.TemporaryDirectory() as cwd:
+        try:
+            env = os.environ | {"SDL_VIDEODRIVER": "dummy", "PYTHONPATH": HERE}
+            result = subprocess.run(
+                command + RANDOM_FLAGS.split(), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+            )
+        except subprocess.TimeoutExpired:
+            return "hang", f"no end after {timeout:.0f} s"
+    return classify(result.returncode, result.stdout, result.stderr)
+
+
+def classify(returncode: int, stdout: str, stderr: str) -> tuple[str, str]:
+    """What a run's exit code and output say happened: "clean" (exit 0, nothing on stderr), "one error line" (exit 1
+    and a single `error:` line), "forbidden action" (one error line about one), "error line with other lines before
+    it", "traceback", or "exit N"; and the output's last line."""
+    errors = stderr.strip().splitlines()
+    last = (errors or stdout.strip().splitlines() or [""])[-1]
+    if "Traceback" in stderr:
+        return "traceback", last
+    if returncode == 0 and not errors:
+        return "clean", last
+    if returncode == 1 and len(errors) == 1 and last.startswith("error:"):
+        return ("forbidden action" if "forbidden action" in last else "one error line"), last
+    if last.startswith("error:"):
+        return "error line with other lines before it", last
+    return f"exit {returncode}", last
+
+
+def random_env_verdict(config: dict, outcome: str, last: str) -> bool:
+    """Whether what happened is what the README promises for the configuration."""
+    promised = promised_outcome(config)
+    if outcome == "clean":
+        return "clean" in promised
+    return (
+        outcome == "one error line"
+        and "error" in promised
+        and any(text in last for text in promised if text not in ("clean", "error"))
+    )
+
+
+@dataclasses.dataclass
+class RandomEnvs(Mode):
+    """The README's promises held against random envs: configurations of tests/random_env.py (CHOSEN_CONFIGS, then
+    ones drawn from seeds), each through one script in turn at a tiny budget: what happened against what the README
+    promises (trains clean, or ends in exactly one `error:` line that names the fault), a reproducing command for each
+    defect, and a table (bench/random_envs.md)."""
+
+    drawn: int = 85
+    """configurations drawn from seeds 0, 1, ... beside the 15 chosen ones"""
+    jobs: int = 2
+    """runs side by side"""
+
+    def __call__(self):
+        configs = CHOSEN_CONFIGS + [random_env_config(seed) for seed in range(self.drawn)]
+        configs = configs[: 2 if self.smoke else None]
+        scripts = list(SCRIPTS)
+        runs = [(scripts[k % len(scripts)], config) for k, config in enumerate(configs)]
+        outcomes = run_jobs(self.jobs, [lambda r=r: run_random_env(*r) for r in runs])
+        lines = [header("#", "script", "--env-kwargs", "promised", "what happened", "last line", "verdict")]
+        defects = []
+        for k, ((script, config), (outcome, last)) in enumerate(zip(runs, outcomes)):
+            ok = random_env_verdict(config, outcome, last)
+            kwargs = shlex.join(str(x) for item in config.items() for x in item)
+            promised = " or ".join(x for x in promised_outcome(config)[:2])
+            lines.append(
+                row(k, script, kwargs, promised, outcome, last[:100].replace("|", "/"), "ok" if ok else "DEFECT")
+            )
+            if not ok:
+                defects.append(
+                    f"python {SCRIPTS[script]}.py --env-id {RANDOM_ENV} --env-kwargs {kwargs} {RANDOM_FLAGS}"
+                )
+        lines.append(f"\n{len(runs)} configurations, {len(defects)} defects")
+        lines += [f"- `{command}`" for command in defects]
+        benchmark_plot.write(self.path("random_envs.md"), "\n".join(lines) + "\n")
+        print("\n".join(lines))
+
+
 @dataclasses.dataclass
 class Scaling(Mode):
     """Spread at each team size, 2M env steps, skipping finished runs; then the final return against N of every
@@ -685,7 +867,7 @@ class Critic(Mode):
 
 MODES = {"grid": Grid, "learn": Learn, "panel": Panel, "scaling": Scaling, "sweep": Sweep, "resume": Resume}
 MODES |= {"official-task": OfficialTask, "speed": Speed, "env-rate": EnvRate, "devices": Devices}
-MODES |= {"threads": Threads, "acting": Acting, "critic": Critic}
+MODES |= {"threads": Threads, "acting": Acting, "critic": Critic, "random-envs": RandomEnvs}
 
 
 def main(argv: list[str] | None = None):

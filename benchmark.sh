@@ -41,6 +41,9 @@ case "${1:-}" in
     python benchmark.py acting
     python benchmark.py critic
     ;;
+  random-envs)  # docs/envs.md, Random envs: the README's promises held against 100 configurations of a random env
+    python benchmark.py random-envs
+    ;;
   resume)  # docs/resume.md: a run stopped by SIGTERM and resumed equals one straight, parameters and logs
     python benchmark.py resume --script mappo --preset official
     ;;
@@ -53,7 +56,7 @@ case "${1:-}" in
     done
     ;;
   *)
-    echo "usage: bash benchmark.sh results|results-quick|cluster|policies|scaling|gpu|official-task|panel|speed|resume|sweep|official"
+    echo "usage: bash benchmark.sh results|results-quick|cluster|policies|scaling|gpu|official-task|panel|speed|random-envs|resume|sweep|official"
     exit 2
     ;;
 esac

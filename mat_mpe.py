@@ -853,7 +853,7 @@ def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
     obs_spaces = [s["observation"] for s in obs_spaces] if masks == "observation" else obs_spaces
     sizes = [gymnasium.spaces.flatdim(s) if box(s) or isinstance(s, counts) else np.inf for s in obs_spaces]  # one-hot
     discrete = all(isinstance(s, gymnasium.spaces.Discrete) for s in action_spaces)
-    continuous = all(box(s) and len(s.shape) == 1 and np.isfinite(s.low + s.high).all() for s in action_spaces)
+    continuous = all(box(s) and len(s.shape) == 1 and np.isfinite([s.low, s.high]).all() for s in action_spaces)
     unsupported = [
         (max(sizes) > MAX_INPUTS, f"observations {set(map(str, obs_spaces))}"),
         (not (discrete or continuous), f"actions {set(map(str, action_spaces))}"),
@@ -882,8 +882,8 @@ TIME_LIMITS = ("max_cycles", "max_steps", "max_episode_steps", "episode_limit", 
 
 def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
     """Plays the env from its `first` (observations, infos) with seeded random actions among the available ones (400
-    steps at most), calling state() where training does (`env_state`) and reading its action masks (`read_masks`).
-    Gives `spec` with the env's time limit (an attribute of TIME_LIMITS, else measured; 0: none met) and the state of
+    steps at most), calling state() where training does (`env_state`) and reading its action masks (`read_masks`, also
+    from step() alone). Gives `spec` with the env's time limit (TIME_LIMITS, else measured; 0: none met), the state of
     `state_space`, but where it is None or state() fails once an agent left (with all in the episode: an EnvError)."""
     env_id, (observations, infos), sizes = spec.env_id, first, spec.avail_actions.sum(axis=1)
     problem = None if state_space else f"--env-id {env_id}: it has no Box state_space of at most {MAX_INPUTS} numbers"
@@ -900,6 +900,11 @@ def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
             if len(env.agents) == len(spec.agents):
                 raise
             problem = f"{e} once an agent left"
+        if not spec.action_masks and any("action_mask" in info for info in infos.values()):  # not with reset()
+            if spec.continuous:
+                raise SystemExit(f"error: --env-id {env_id}: unsupported action masks with Box actions")
+            spec = spec._replace(action_masks="info")
+            print(f"warning: --env-id {env_id}: action masks in its step() infos only: all actions allowed at a reset")
         masks = read_masks(spec, observations, infos, np.isin(spec.agents, env.agents))
         masks = tuple(m[:n].astype(np.int8) for m, n in zip(masks, sizes)) if spec.action_masks else None
         actions = {a: x for a, x in zip(spec.agents, joint_actions.sample(masks)) if a in env.agents}
@@ -917,25 +922,27 @@ def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
 
 def env_state(spec: EnvSpec, env, obs: np.ndarray | None) -> np.ndarray:
     """(state_dim,) float32: env.state() flattened where the spec has a state, else the observations `obs` joined; a
-    state() of another size than its state_space is an EnvError."""
+    state() of another size than its state_space, or not finite, is an EnvError."""
     state = np.asarray(call_env(spec.env_id, env, "state") if spec.has_state else obs, dtype=np.float32).ravel()
     if state.size != spec.state_dim:
         raise EnvError(
             f"--env-id {spec.env_id}: its state() has {state.size} numbers, its state_space {spec.state_dim}"
         )
+    if spec.has_state and not np.isfinite(state).all():  # (joined observations are checked as observations)
+        raise EnvError(f"--env-id {spec.env_id}: its state() returned a NaN or infinity")
     return state
 
 
 def read_masks(spec: EnvSpec, observations: dict, infos: dict, alive: np.ndarray) -> np.ndarray:
     """(n_agents, action_dim) bool: the actions each agent may take now, from the env's `action_mask` for the agents
-    in the episode (`alive`), else all of the agent's own. A mask of the wrong size, or one that allows no action to
-    an agent in the episode, is an EnvError (one line)."""
+    in the episode (`alive`) that have one, else all of the agent's own. A mask of the wrong size, or one that allows
+    no action to an agent in the episode, is an EnvError (one line)."""
     if not spec.action_masks:
         return spec.avail_actions
     avail, source = spec.avail_actions.copy(), infos if spec.action_masks == "info" else observations
     for i in np.flatnonzero(alive):
         agent, size = spec.agents[i], int(spec.avail_actions[i].sum())
-        mask = np.asarray(source.get(agent, {}).get("action_mask", ()), dtype=bool).ravel()
+        mask = np.asarray(source.get(agent, {}).get("action_mask", spec.avail_actions[i, :size]), dtype=bool).ravel()
         if len(mask) != size or not mask.any():
             what = f"has {len(mask)} values for its {size} actions" if len(mask) != size else "allows no action"
             raise EnvError(f"--env-id {spec.env_id}: the action_mask of {agent} (in its {spec.action_masks}) {what}")
@@ -1198,9 +1205,12 @@ class PettingZooEnv(gymnasium.Env):
         if self.env_spec.action_masks == "observation":  # Dict observations: what the networks take
             observations = {agent: own["observation"] for agent, own in observations.items()}
         for i, (agent, space) in enumerate(zip(self.env_spec.agents, self.obs_spaces)):
-            if agent in observations:  # flattened as gymnasium does: a Discrete observation one-hot
-                flat = gymnasium.spaces.flatten(space, observations[agent])
-                obs[i, : len(flat)] = flat
+            if agent in observations:  # flattened as gymnasium does (a Discrete observation one-hot), where it fits
+                fits = isinstance(space, gymnasium.spaces.Box) or space.contains(observations[agent])  # not NaN, say
+                flat = gymnasium.spaces.flatten(space, observations[agent]) if fits else ()
+                if len(flat) != (size := gymnasium.spaces.flatdim(space)):  # also one that fits another's padding
+                    raise EnvError(f"--env-id {self.env_id}: an observation of {agent} does not fit its {space}")
+                obs[i, :size] = flat
         return obs
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -1226,8 +1236,12 @@ class PettingZooEnv(gymnasium.Env):
         )
         if self.env.agents:
             self.alive = np.isin(agents, self.env.agents)
-            obs = info["last_obs"] * self.alive[:, None]
-            state = self.last_state = env_state(self.env_spec, self.env, obs)
+            obs = np.where(self.alive[:, None], info["last_obs"], np.float32(0))  # zeros for those who left
+            try:
+                state = self.last_state = env_state(self.env_spec, self.env, obs)
+            except EnvError as e:  # failing once an agent left, where the start-up probe saw no agent leave
+                fix = "make state() answer then, or drop state_space (the critic then takes the observations joined)"
+                raise (e if self.alive.all() else EnvError(f"{e} once an agent left, unseen at start: {fix}")) from None
             avail = read_masks(self.env_spec, observations, infos, self.alive)
             return obs, 0.0, False, False, info | dict(last_state=state, state=state, alive=self.alive, avail=avail)
         # The episode is over. Its last state bootstraps only a truncated episode's values; where state() cannot

@@ -466,6 +466,7 @@ SMOKE_MODES = {  # benchmark.py's arguments, and a line its output holds, each m
         ["grid", "--scripts", "mappo", "--scenarios", "spread", "--seeds", "1"],
         "| spread | mappo_mpe | 1 | 400 |",
     ),
+    "random-envs": (["random-envs"], "2 configurations, 0 defects"),
 }
 
 
@@ -506,3 +507,38 @@ def test_the_readme_results_are_the_benchmark_tables():
     for name, words in quoted.items():
         assert f"{words} {policies[name][0]:.1f}" in " ".join(readme.split()), name
     assert f"(planner {policies['planner'][0]:.2f})" in readme
+
+
+@pytest.mark.parametrize(
+    "returncode,stdout,stderr,outcome",
+    [
+        (0, "run in runs/x\n", "", "clean"),
+        (
+            1,
+            "step 1\n",
+            "error: --env-id x: its step() raised ValueError('forbidden action 2 of a')\n",
+            "forbidden action",
+        ),
+        (1, "", "error: --env-id x: unsupported actions\n", "one error line"),
+        (
+            1,
+            "",
+            "x.py:3: RuntimeWarning: invalid value\n  y = a + b\nerror: --env-id x: unsupported actions\n",
+            "error line with other lines before it",
+        ),
+        (1, "", "Traceback (most recent call last):\n  File ...\nValueError: x\n", "traceback"),
+        (0, "run in runs/x\n", "x.py:3: RuntimeWarning: invalid value in cast\n", "exit 0"),
+    ],
+)
+def test_the_random_env_runner_classifies_what_happened(returncode, stdout, stderr, outcome):
+    assert benchmark.classify(returncode, stdout, stderr)[0] == outcome
+
+
+@pytest.mark.parametrize("seed,script", [(0, "mat"), (4, "mappo")])
+def test_random_envs_of_seeds_keep_the_readmes_promise(seed, script):
+    """Two drawn configurations of the random-env check (one that trains with masks and deaths, one a refused kind),
+    each as the README promises: a clean run, or exactly one `error:` line that names what is wrong."""
+    config = benchmark.random_env_config(seed)
+    assert benchmark.promised_outcome(config)[0] == ["clean", "error"][seed > 0]
+    outcome, last = benchmark.run_random_env(script, config)
+    assert benchmark.random_env_verdict(config, outcome, last), (config, outcome, last)

@@ -964,7 +964,7 @@ FAULTS = {  # tests/faulty_env.py's `fail` and `at_call`, other flags, and what 
     "an observation of the wrong size": (
         ["fail", "wide", "at_call", "30"],
         [],
-        "raised ValueError('could not broadcast input array from shape (3,) into shape (2,)') at env step 58",
+        "an observation of agent_0 does not fit its Box(-inf, inf, (2,), float32) at env step 58",
     ),
     "rendering": (
         ["fail", "render", "at_call", "3"],

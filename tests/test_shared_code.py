@@ -7,6 +7,7 @@ import importlib.util
 import inspect
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -267,3 +268,65 @@ def test_the_team_optimum_that_needs_the_credit_after_a_death_is_learned(script,
     flags = ["--env-id", "tests.leave_env", "--env-kwargs", "mode", mode, "--total-timesteps", "3000"]
     flags += ["--n-rollout-threads", "8", "--eval-interval", "3000", "--n-eval-episodes", "4"]
     assert module.main(module.parse_args(flags))["best_eval"] == pytest.approx(optimum)
+
+
+RANDOM_ENV_CASES = {  # tests/random_env.py's keyword arguments: the script, the text of its one error line ("": none)
+    "unbounded Box actions": ("mappo_mpe", "action box_unbounded", "unsupported actions"),
+    "an infinite last observation": (
+        "mappo_mpe_rnn",
+        "fault inf_obs_dying fault_at 10 death_chance 0.1 n_agents 3",
+        "its step() returned a NaN or infinity",
+    ),
+    "an infinite state": ("mat_mpe", "state infinite fault_at 30", "its state() returned a NaN or infinity"),
+    "a wider observation within the padding": (
+        "mat_mpe_ep_critic",
+        "obs sizes n_agents 3 wide_obs True",
+        "an observation of agent_0 does not fit its Box(-1.0, 1.0, (2,), float32)",
+    ),
+    "a NaN MultiBinary observation": (
+        "mappo_mpe",
+        "obs multibinary fault nan_obs fault_at 5",
+        "does not fit its MultiBinary(3)",
+    ),
+    "deaths the probe did not see": (
+        "mappo_mpe_rnn",
+        "state left death_chance 0.5 deaths_from 400",
+        "once an agent left, unseen at start: make state() answer then",
+    ),
+    "masks in step() infos only": ("mat_mpe", "masks info masks_at_reset False", ""),
+}
+
+
+@pytest.mark.parametrize("case", RANDOM_ENV_CASES)
+def test_what_the_random_env_check_found_is_one_error_line_or_a_clean_run(case, tmp_path):
+    """Found by the random-env check (tests/random_env.py; `benchmark.py random-envs`): each of these printed numpy
+    warnings before its error line, named another call, trained on without a word, or (masks in step()'s infos only)
+    sent forbidden actions; now each is one `error:` line naming the fault, or a clean run that obeys the masks (the
+    env raises on a forbidden action) and says where it found them. The deaths come after the start-up probe's 400
+    steps, and the run's one env plays 600."""
+    script, kwargs, message = RANDOM_ENV_CASES[case]
+    flags = ["--env-id", "tests.random_env:RandomEnv", "--env-kwargs", *kwargs.split(), "--n-rollout-threads", "1"]
+    flags += ["--total-timesteps", "600", "--n-eval-episodes", "2", "--eval-interval", "300", "--ppo-epoch", "1"]
+    run = subprocess.run([sys.executable, os.path.join(ROOT, f"{script}.py"), *flags], cwd=tmp_path, **CAPTURE)
+    if message:
+        assert run.returncode == 1 and run.stderr.startswith("error:") and message in run.stderr, run.stderr[-2000:]
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr[-2000:]
+    else:
+        assert run.returncode == 0 and run.stderr == "", run.stderr[-2000:]
+        assert "action masks in its step() infos only: all actions allowed at a reset" in run.stdout
+
+
+def test_the_wrapper_of_envs_md_trains_on_level_based_foraging(tmp_path):
+    """The wrapper docs/envs.md gives for EPyMARL's gymnasium envs, copied from that page as a user would, trains
+    `mappo_mpe.py` (the env plumbing is the same in every script) on Foraging-8x8-2p-2f-coop-v3 with LBF's valid
+    actions as masks: the time limit read (50 steps: gamma 0.92), a clean run to its end."""
+    page = open(os.path.join(ROOT, "docs", "envs.md")).read()
+    (tmp_path / "epymarl_env.py").write_text(re.search(r"```python\n(# epymarl_env\.py.*?)```", page, re.S).group(1))
+    flags = ["--env-id", "epymarl_env", "--env-kwargs", "key", "Foraging-8x8-2p-2f-coop-v3", "masks", "True"]
+    flags += ["--total-timesteps", "200", "--n-rollout-threads", "2", "--n-eval-episodes", "2", "--ppo-epoch", "1"]
+    env = CAPTURE["env"] | {"PYTHONPATH": str(tmp_path)}
+    run = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "mappo_mpe.py"), *flags], cwd=tmp_path, **CAPTURE | {"env": env}
+    )
+    assert run.returncode == 0 and run.stderr == "", run.stderr[-3000:]
+    assert "gamma 0.92, from the env's time limit: 50 steps" in run.stdout and "run in runs/epymarl_env__" in run.stdout
