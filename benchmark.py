@@ -59,6 +59,11 @@ PANEL_ENVS = {  # envs nobody tuned for (docs/panel.md); arena and tutorial are 
     "halfcheetah": "--env-id gymnasium_robotics.mamujoco_v1 --env-kwargs scenario HalfCheetah agent_conf 2x3",
     "arena": "--env-id tests.arena_env",  # short episodes and deaths
     "tutorial": "--env-id tests.tutorial_env:MeetEnv",  # written as PettingZoo's tutorial writes an env
+    # EPyMARL's suites through the wrapper of docs/envs.md, evaluated by sampling as EPyMARL evaluates (issue 84)
+    "lbf8": "--env-id epymarl_env --env-kwargs key Foraging-8x8-2p-2f-coop-v3 --eval-sample",
+    "lbf8-2s": "--env-id epymarl_env --env-kwargs key Foraging-2s-8x8-2p-2f-coop-v3 --eval-sample",
+    "lbf10": "--env-id epymarl_env --env-kwargs key Foraging-10x10-3p-3f-v3 --eval-sample",
+    "rware-tiny": "--env-id epymarl_env --env-kwargs key rware-tiny-2ag-v2 time_limit 500 --eval-sample",
 }
 # The settings screen of `sweep` (docs/tuning.md), changes from the official spread settings: the discount and the
 # entropy bonus first, then one knob at a time changed from gamma 0.9 (G90), the best of those for MAPPO
@@ -341,6 +346,10 @@ class Panel(Mode):
     def __call__(self):
         work, commands, rows = self.path("panel"), {}, []
         os.makedirs(work, exist_ok=True)
+        if any("epymarl_env" in PANEL_ENVS[env] for env in self.envs):  # importable here and in the trainings
+            benchmark_plot.write(os.path.join(work, "epymarl_env.py"), envs_md_wrapper())
+            sys.path.insert(0, work)
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [work, os.environ.get("PYTHONPATH")]))
         randoms = benchmark_plot.read_json(os.path.join(work, "random.json"), {})  # measured once an env
         randoms |= {env: random_return(PANEL_ENVS[env].split()) for env in self.envs if env not in randoms}
         benchmark_plot.write(os.path.join(work, "random.json"), json.dumps(randoms))
@@ -359,6 +368,12 @@ class Panel(Mode):
             train = [v for _, v in tags.get("charts/episodic_return", [])]
             (step, last), mean = tags["eval/episodic_return"][-1], np.mean(train[-max(1, len(train) // 10) :])
             print(f"| {env} | {randoms[env]:.2f} | {script} | {seed} | {step:,} | {mean:.2f} | {last:.2f} |")
+
+
+def envs_md_wrapper() -> str:
+    """The wrapper docs/envs.md gives for EPyMARL's gymnasium envs (epymarl_env.py), as a user copies it."""
+    page = open(os.path.join(HERE, "docs", "envs.md")).read()
+    return re.search(r"```python\n(# epymarl_env\.py.*?)```", page, re.S).group(1)
 
 
 def random_return(flags: list[str]) -> float:

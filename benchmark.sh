@@ -31,8 +31,11 @@ case "${1:-}" in
   official-task)  # README, How these numbers relate: each script on the official codes' MPE task, 500k env steps
     for script in mappo rnn mat mat_ep; do python benchmark.py official-task --script "$script"; done
     ;;
-  panel)  # README, Your own env, and docs/panel.md: every script with its defaults on envs nobody tuned for, 500k
+  panel)  # README, Your own env, and docs/panel.md: every script with its defaults on envs nobody tuned for, 500k;
+    # then EPyMARL's LBF tasks and RWARE at 2M env steps
     python benchmark.py panel
+    python benchmark.py panel --envs lbf8 lbf8-2s lbf10 --budget 2000000
+    python benchmark.py panel --envs rware-tiny --scripts mappo mat --budget 2000000
     ;;
   speed)  # docs/speed.md: end-to-end SPS next to the env's own rate, the batched env, torch threads, MAT's timings
     for script in mappo rnn mat mat_ep; do python benchmark.py speed --script "$script" --preset official; done

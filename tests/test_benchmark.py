@@ -461,7 +461,7 @@ SMOKE_MODES = {  # benchmark.py's arguments, and a line its output holds, each m
     "scaling": (["scaling", "--n-agents", "2"], "| mappo_mpe | 2 | 1 | 400 |"),
     "threads": (["threads"], "| generic | 1 |"),
     "devices": (["devices", "--devices", "cpu", "--threads", "4"], "| cpu | 4 | eager | 400 |"),  # --smoke's 400
-    "panel": (["panel", "--envs", "spread", "--scripts", "mappo"], "| spread | "),
+    "panel": (["panel", "--envs", "lbf8", "--scripts", "mappo"], "| lbf8 | "),  # through docs/envs.md's wrapper
     "grid": (
         ["grid", "--scripts", "mappo", "--scenarios", "spread", "--seeds", "1"],
         "| spread | mappo_mpe | 1 | 400 |",

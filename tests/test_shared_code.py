@@ -7,7 +7,6 @@ import importlib.util
 import inspect
 import os
 import random
-import re
 import subprocess
 import sys
 
@@ -17,6 +16,8 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+import benchmark  # noqa: E402
 
 CAPTURE = dict(capture_output=True, text=True, timeout=300, env={**os.environ, "SDL_VIDEODRIVER": "dummy"})
 SCRIPTS = ["mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"]
@@ -320,8 +321,7 @@ def test_the_wrapper_of_envs_md_trains_on_level_based_foraging(tmp_path):
     """The wrapper docs/envs.md gives for EPyMARL's gymnasium envs, copied from that page as a user would, trains
     `mappo_mpe.py` (the env plumbing is the same in every script) on Foraging-8x8-2p-2f-coop-v3 with LBF's valid
     actions as masks: the time limit read (50 steps: gamma 0.92), a clean run to its end."""
-    page = open(os.path.join(ROOT, "docs", "envs.md")).read()
-    (tmp_path / "epymarl_env.py").write_text(re.search(r"```python\n(# epymarl_env\.py.*?)```", page, re.S).group(1))
+    (tmp_path / "epymarl_env.py").write_text(benchmark.envs_md_wrapper())
     flags = ["--env-id", "epymarl_env", "--env-kwargs", "key", "Foraging-8x8-2p-2f-coop-v3", "masks", "True"]
     flags += ["--total-timesteps", "200", "--n-rollout-threads", "2", "--n-eval-episodes", "2", "--ppo-epoch", "1"]
     env = CAPTURE["env"] | {"PYTHONPATH": str(tmp_path)}
