@@ -880,9 +880,61 @@ class Critic(Mode):
             print(f"| {n_agents} | {spec.state_dim} | {times[0]:.1f} | {times[1]:.1f} | {times[1] / times[0]:.2f}x |")
 
 
+@dataclasses.dataclass
+class UpdateGraph(Mode):
+    """Milliseconds per PPO update (`ppo_epoch` passes over a 25-step rollout of random data, the device synchronized,
+    the median of updates 4 to 8) four ways: eager; the networks compiled with reduce-overhead, as before issue 85;
+    each minibatch step a CUDA graph of eager kernels; a CUDA graph of the compiled networks, as the scripts run on a
+    GPU. On a CPU (--smoke) the eager way only."""
+
+    threads: int = 32
+    """--n-rollout-threads of the rollout"""
+
+    def __call__(self):
+        m, cuda = script_module(self.script), torch.cuda.is_available()
+        ways = ["eager", "compiled", "graph of eager kernels", "graph of compiled networks"][: 4 if cuda else 1]
+        print(header("script", "envs", *ways))
+        print(
+            row(
+                f"`{SCRIPTS[self.script]}.py`",
+                self.threads,
+                *(f"{update_ms(m, self.threads, way):.1f}" for way in ways),
+            )
+        )
+
+
+def update_ms(m, n_envs: int, way: str) -> float:
+    args, device = m.Args(n_rollout_threads=n_envs), torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    spec = m.get_env_spec(args.env_id, m.scenario_kwargs(args))
+    torch.manual_seed(0)
+    agent, value_norm, optimizer = m.build_agent(spec, args, device, compiled=way.endswith("compiled networks"))
+    for name in ("get_dist", "evaluate_actions", "get_value") if way == "compiled" else ():
+        if hasattr(agent, name):
+            setattr(agent, name, torch.compile(getattr(agent, name), mode="reduce-overhead"))
+    buffer = m.RolloutBuffer(25, n_envs, spec, device)
+    for name in ("obs", "state", "values", "logprobs"):
+        getattr(buffer, name, torch.empty(0)).normal_()
+    buffer.actions.random_(0, spec.action_dim)
+    advantages, returns = torch.randn(2, 25, n_envs, len(spec.agents), device=device)
+    step = m.GraphedStep(m.ppo_step) if way.startswith("graph") else m.ppo_step
+    times = []
+    for _ in range(8):
+        torch.cuda.synchronize() if device.type == "cuda" else None
+        start = time.perf_counter()
+        m.ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args, step)  # waits for its stats
+        times.append(1000 * (time.perf_counter() - start))
+    return statistics.median(times[3:])
+
+
 MODES = {"grid": Grid, "learn": Learn, "panel": Panel, "scaling": Scaling, "sweep": Sweep, "resume": Resume}
 MODES |= {"official-task": OfficialTask, "speed": Speed, "env-rate": EnvRate, "devices": Devices}
-MODES |= {"threads": Threads, "acting": Acting, "critic": Critic, "random-envs": RandomEnvs}
+MODES |= {
+    "threads": Threads,
+    "acting": Acting,
+    "critic": Critic,
+    "random-envs": RandomEnvs,
+    "update-graph": UpdateGraph,
+}
 
 
 def main(argv: list[str] | None = None):

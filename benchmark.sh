@@ -24,9 +24,15 @@ case "${1:-}" in
   scaling)  # README, the figure of the final return against N (docs/benchmark/scaling), spread at N = 1 to 10, 2M
     for script in mappo mat; do python benchmark.py scaling --script "$script" --out docs/benchmark/scaling; done
     ;;
-  gpu)  # README, the GPU table (docs/speed.md): on a machine with an NVIDIA GPU, CPU and --cuda eager and compiled
-    python benchmark.py devices --script mappo --threads 4096 --preset official
-    python benchmark.py devices --script mat --threads 32 --preset official
+  gpu)  # README, the GPU table (docs/speed.md): on a machine with an NVIDIA GPU, the graphed update against the eager
+    pytest -q tests/test_gpu.py
+    for script in mappo mat; do python benchmark.py update-graph --script "$script" --threads 32; done
+    python benchmark.py update-graph --script mappo --threads 4096
+    python benchmark.py update-graph --script mat --threads 512
+    mkdir -p bench
+    python mat_mpe.py --n-rollout-threads 32 --exp-name mat_cpu > bench/mat_cpu.log 2>&1 &
+    python mat_mpe.py --cuda --n-rollout-threads 32 --exp-name mat_gpu; kill -INT %1
+    python mappo_mpe.py --cuda --n-rollout-threads 4096 --total-timesteps 10240000
     ;;
   official-task)  # README, How these numbers relate: each script on the official codes' MPE task, 500k env steps
     for script in mappo rnn mat mat_ep; do python benchmark.py official-task --script "$script"; done

@@ -51,7 +51,8 @@ class Args:
     n_training_threads: int = 0
     """torch threads on the CPU; 0: half the cores (1 on 2 cores), so that two runs side by side keep their speed"""
     compile: bool = True
-    """on a GPU, torch.compile the networks (CUDA graphs) and the env step, after half a minute; --no-compile: eager"""
+    """on a GPU, torch.compile the networks and the env step, after half a minute, and replay acting and each update
+    step as CUDA graphs; --no-compile: eager"""
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "mappo-mpe"
@@ -473,35 +474,76 @@ def minibatch_indices(batch_size: int, num_mini_batch: int, device: torch.device
     return list(torch.randperm(batch_size, device=device).split(batch_size // num_mini_batch))
 
 
-def ppo_update(agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advantages, returns, args: Args) -> dict:
-    """`ppo_epoch` passes of minibatches over the rollout; each sample keeps all agents of one env step."""
-    flat = lambda x: x.flatten(0, 1)  # (T, n_envs, ...) -> (T * n_envs, ...)  # noqa: E731
-    obs, state, alive = flat(buffer.obs[:-1]), flat(buffer.state[:-1]), flat(buffer.alive[:-1])
-    actions, old_logprobs, avail = flat(buffer.actions), flat(buffer.logprobs), flat(buffer.avail[:-1])
-    old_values = flat(value_norm.normalize(buffer.values[:-1]))  # the critic's outputs when acting: the clip's centre
-    value_norm.update(returns[buffer.alive[:-1] | args.team_reward])  # the returns the critic learns (value_loss_fn)
-    norm_returns, alive_advantages = flat(value_norm.normalize(returns)), advantages[buffer.alive[:-1]]
-    advantages = flat((advantages - alive_advantages.mean()) / (alive_advantages.std() + 1e-5))
-
-    batch_size = obs.shape[0]
+def ppo_step(agent: Agent, optimizer, batch: list, args: Args) -> dict:
+    """One gradient step on one minibatch; its losses and statistics stay tensors (nothing waits on the device)."""
+    obs, state, alive, actions, old_logprobs, avail, advantages, old_values, returns = batch
+    dist = agent.get_dist(obs, avail)  # under the masks the actions were drawn with
+    policy_loss, pg_stats = policy_loss_fn(dist.log_prob(actions), old_logprobs, advantages, alive, args.clip)
+    entropy = masked_mean(dist.entropy(), alive)
+    value_loss = value_loss_fn(agent.get_value(obs, state), old_values, returns, alive, args)
+    optimizer.zero_grad()
+    (policy_loss - args.ent_coef * entropy + args.vf_coef * value_loss).backward()
     actor_params = [p for name, p in agent.named_parameters() if not name.startswith("critic.")]
+    actor_grad_norm = nn.utils.clip_grad_norm_(actor_params, args.max_grad_norm)
+    critic_grad_norm = nn.utils.clip_grad_norm_(agent.critic.parameters(), args.max_grad_norm)
+    optimizer.step()
+    losses = dict(policy_loss=policy_loss.detach(), value_loss=value_loss.detach(), entropy=entropy.detach())
+    return losses | pg_stats | dict(actor_grad_norm=actor_grad_norm, critic_grad_norm=critic_grad_norm)
+
+
+def ppo_update(
+    agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advantages, returns, args: Args, step=ppo_step
+) -> dict:
+    """`ppo_epoch` passes of minibatches, each one `step` (`ppo_step` or `GraphedStep`); a sample: one env step."""
+    flat = lambda x: x.flatten(0, 1)  # (T, n_envs, ...) -> (T * n_envs, ...)  # noqa: E731
+    old_values = value_norm.normalize(buffer.values[:-1])  # the critic's outputs when acting: the clip's centre
+    value_norm.update(returns[buffer.alive[:-1] | args.team_reward])  # the returns the critic learns (value_loss_fn)
+    alive_advantages = advantages[buffer.alive[:-1]]
+    advantages = (advantages - alive_advantages.mean()) / (alive_advantages.std() + 1e-5)
+    data = [buffer.obs[:-1], buffer.state[:-1], buffer.alive[:-1], buffer.actions, buffer.logprobs, buffer.avail[:-1]]
+    data = [flat(x) for x in data + [advantages, old_values, value_norm.normalize(returns)]]
     stats = []
     for _ in range(args.ppo_epoch):
-        for mb in minibatch_indices(batch_size, args.num_mini_batch, obs.device):
-            dist = agent.get_dist(obs[mb], avail[mb])  # under the masks the actions were drawn with
-            new_logprobs = dist.log_prob(actions[mb])
-            policy_loss, pg_stats = policy_loss_fn(new_logprobs, old_logprobs[mb], advantages[mb], alive[mb], args.clip)
-            entropy = masked_mean(dist.entropy(), alive[mb])
-            values = agent.get_value(obs[mb], state[mb])
-            value_loss = value_loss_fn(values, old_values[mb], norm_returns[mb], alive[mb], args)
-            optimizer.zero_grad()
-            (policy_loss - args.ent_coef * entropy + args.vf_coef * value_loss).backward()
-            actor_grad_norm = nn.utils.clip_grad_norm_(actor_params, args.max_grad_norm)
-            critic_grad_norm = nn.utils.clip_grad_norm_(agent.critic.parameters(), args.max_grad_norm)
-            optimizer.step()
-            losses = dict(policy_loss=policy_loss.detach(), value_loss=value_loss.detach(), entropy=entropy.detach())
-            stats.append(losses | pg_stats | dict(actor_grad_norm=actor_grad_norm, critic_grad_norm=critic_grad_norm))
+        for mb in minibatch_indices(data[0].shape[0], args.num_mini_batch, data[0].device):
+            stats.append(step(agent, optimizer, [x[mb] for x in data], args))
     return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
+
+
+class GraphedStep:
+    """`ppo_step` replayed as one CUDA graph: with a small batch the GPU waits on the launches of a step's hundreds
+    of kernels, which a graph launches as one. Eager steps first (Adam's state, compiling), then one capture; a replay
+    copies its minibatch into the graph's inputs and each group's learning rate into the tensor Adam reads there."""
+
+    def __init__(self, step, warmup_steps: int = 3):
+        self.step, self.warmup_steps, self.graph = step, warmup_steps, None
+
+    def __call__(self, agent: nn.Module, optimizer, batch: list, args: Args) -> dict:
+        if self.warmup_steps:
+            self.warmup_steps -= 1
+            torch.cuda.synchronize()
+            with torch.cuda.stream(torch.cuda.Stream()):  # off the default stream, as the capture will be
+                stats = self.step(agent, optimizer, batch, args)
+            torch.cuda.synchronize()
+            return stats
+        if self.graph is None:  # minibatches are of one size: --num-mini-batch divides the rollout
+            self.inputs, groups = [x.clone() for x in batch], optimizer.param_groups
+            floats = [group["lr"] for group in groups]  # a tensor in the graph, floats again after it (checkpoints)
+            self.lrs = [torch.tensor(lr, device=batch[0].device) for lr in floats]
+            for group, lr in zip(groups, self.lrs):
+                group.update(lr=lr, capturable=True)
+            optimizer.zero_grad()  # the graph's backward then makes the gradients, in its own memory
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                stats = self.step(agent, optimizer, self.inputs, args)
+                self.names, self.stats = list(stats), torch.stack(list(stats.values()))  # one copy out a step
+            for group, lr in zip(groups, floats):
+                group.update(lr=lr, capturable=False)
+        for x, value in zip(self.inputs, batch):
+            x.copy_(value)
+        for lr, group in zip(self.lrs, optimizer.param_groups):
+            lr.fill_(group["lr"])  # --linear-lr-decay sets the float
+        self.graph.replay()
+        return dict(zip(self.names, self.stats.clone()))
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
@@ -513,8 +555,9 @@ def build_agent(spec: EnvSpec, args: Args, device: torch.device, compiled: bool 
     agent = Agent(spec, args).to(device)
     value_norm = ValueNorm(args.use_valuenorm).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5, fused=True)  # one kernel for all parameters
-    for name in ("act", "get_dist", "get_value") if compiled else ():  # fused kernels, one launch a call
-        setattr(agent, name, torch.compile(getattr(agent, name), mode="reduce-overhead"))
+    for name in ("act", "get_dist", "get_value") if compiled else ():  # fused kernels
+        mode = "reduce-overhead" if name == "act" else "default"  # a CUDA graph; the update's is GraphedStep
+        setattr(agent, name, torch.compile(getattr(agent, name), mode=mode))
     return agent, value_norm, optimizer
 
 
@@ -538,7 +581,8 @@ def main(args: Args) -> dict:
     np.random.seed(args.seed)
     compiled = args.compile and device.type == "cuda"  # on a CPU compiling gains nothing
     check_memory(spec, args, device)
-    print(f"training on {device.type}, torch threads: {torch.get_num_threads()}" + ", compiling first" * compiled)
+    compiling = ", compiling first, the update as one CUDA graph" * compiled
+    print(f"training on {device.type}, torch threads: {torch.get_num_threads()}" + compiling)
     checkpoint = load_checkpoint(args.resume, device) if args.resume else None
     if not args.gamma and checkpoint:  # a resumed run keeps the discount it began with
         args = dataclasses.replace(args, gamma=checkpoint["args"]["gamma"])
@@ -563,6 +607,7 @@ def main(args: Args) -> dict:
     resumed_step = checkpoint["global_step"] if checkpoint else None
     with StopRequest() as stop, start_logging(run_dir, args, resumed_step) as writer:
         agent, value_norm, optimizer = build_agent(spec, args, device, compiled)
+        train_step = GraphedStep(ppo_step) if compiled else ppo_step  # one minibatch step
         initial_lrs = [group["lr"] for group in optimizer.param_groups]  # before a resume loads decayed ones
         buffer = RolloutBuffer(T, n_envs, spec, device)
         episode_returns = EpisodeReturns(n_envs, len(spec.agents), device)
@@ -602,7 +647,7 @@ def main(args: Args) -> dict:
 
             # 3. PPO update
             update_start = time.time()
-            losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
+            losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args, train_step)
             seconds = {"rollout": update_start - rollout_start, "update": time.time() - update_start}
             alive = buffer.alive[:-1]
             losses["explained_variance"] = explained_variance(buffer.values[:-1][alive], returns[alive])

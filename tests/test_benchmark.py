@@ -467,6 +467,7 @@ SMOKE_MODES = {  # benchmark.py's arguments, and a line its output holds, each m
         "| spread | mappo_mpe | 1 | 400 |",
     ),
     "random-envs": (["random-envs"], "2 configurations, 0 defects"),
+    "update-graph": (["update-graph", "--threads", "4"], "| `mappo_mpe.py` | 4 | "),  # the eager way: no GPU here
 }
 
 
