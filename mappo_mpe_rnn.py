@@ -542,36 +542,38 @@ def minibatch_indices(batch_size: int, num_mini_batch: int, device: torch.device
     return list(torch.randperm(batch_size, device=device).split(batch_size // num_mini_batch))
 
 
+def ppo_step(agent: Agent, optimizer, batch: list, args: Args) -> dict:
+    """One gradient step on one minibatch; its losses and statistics stay tensors (nothing waits on the device)."""
+    obs, state, alive, actions, old_logprobs, avail, advantages, old_values, returns, starts, hiddens = batch
+    dist, _ = agent.get_dist(obs, avail, hiddens[0], starts)  # under the masks the actions were drawn with
+    policy_loss, pg_stats = policy_loss_fn(dist.log_prob(actions), old_logprobs, advantages, alive, args.clip)
+    entropy = masked_mean(dist.entropy(), alive)
+    value_loss = value_loss_fn(agent.get_value(obs, state, hiddens[1], starts)[0], old_values, returns, alive, args)
+    optimizer.zero_grad()
+    (policy_loss - args.ent_coef * entropy + args.vf_coef * value_loss).backward()
+    actor_params = [p for name, p in agent.named_parameters() if not name.startswith("critic.")]
+    actor_grad_norm = nn.utils.clip_grad_norm_(actor_params, args.max_grad_norm)
+    critic_grad_norm = nn.utils.clip_grad_norm_(agent.critic.parameters(), args.max_grad_norm)
+    optimizer.step()
+    losses = dict(policy_loss=policy_loss.detach(), value_loss=value_loss.detach(), entropy=entropy.detach())
+    return losses | pg_stats | dict(actor_grad_norm=actor_grad_norm, critic_grad_norm=critic_grad_norm)
+
+
 def ppo_update(agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advantages, returns, args: Args) -> dict:
-    """`ppo_epoch` passes of minibatches over the rollout. A minibatch is a set of whole envs (index [:, mb] of the
+    """`ppo_epoch` passes of minibatches, each one `ppo_step`. A minibatch is a set of whole envs (index [:, mb] of the
     (T, n_envs, ...) tensors): their T-step sequences are replayed through the GRUs from the hidden states stored
     before step 0, so every stored step is trained on once per epoch with the hidden state it was acted on with."""
-    obs, state, starts, alive = buffer.obs[:-1], buffer.state[:-1], buffer.starts[:-1], buffer.alive[:-1]
-    actions, old_logprobs, avail = buffer.actions, buffer.logprobs, buffer.avail[:-1]
     old_values = value_norm.normalize(buffer.values[:-1])  # the critic's outputs when acting: the clip's centre
-    value_norm.update(returns[alive | args.team_reward])  # the returns the critic learns (value_loss_fn)
-    norm_returns = value_norm.normalize(returns)
-    advantages = (advantages - advantages[alive].mean()) / (advantages[alive].std() + 1e-5)
-
-    n_envs = obs.shape[1]
-    actor_params = [p for name, p in agent.named_parameters() if not name.startswith("critic.")]
+    value_norm.update(returns[buffer.alive[:-1] | args.team_reward])  # the returns the critic learns (value_loss_fn)
+    alive_advantages = advantages[buffer.alive[:-1]]
+    advantages = (advantages - alive_advantages.mean()) / (alive_advantages.std() + 1e-5)
+    data = [buffer.obs[:-1], buffer.state[:-1], buffer.alive[:-1], buffer.actions, buffer.logprobs, buffer.avail[:-1]]
+    data += [advantages, old_values, value_norm.normalize(returns), buffer.starts[:-1]]
     stats = []
     for _ in range(args.ppo_epoch):
-        for mb in minibatch_indices(n_envs, args.num_mini_batch, obs.device):
-            dist, _ = agent.get_dist(obs[:, mb], avail[:, mb], buffer.actor_hidden[mb], starts[:, mb])
-            policy_loss, pg_stats = policy_loss_fn(
-                dist.log_prob(actions[:, mb]), old_logprobs[:, mb], advantages[:, mb], alive[:, mb], args.clip
-            )
-            entropy = masked_mean(dist.entropy(), alive[:, mb])
-            values, _ = agent.get_value(obs[:, mb], state[:, mb], buffer.critic_hidden[mb], starts[:, mb])
-            value_loss = value_loss_fn(values, old_values[:, mb], norm_returns[:, mb], alive[:, mb], args)
-            optimizer.zero_grad()
-            (policy_loss - args.ent_coef * entropy + args.vf_coef * value_loss).backward()
-            actor_grad_norm = nn.utils.clip_grad_norm_(actor_params, args.max_grad_norm)
-            critic_grad_norm = nn.utils.clip_grad_norm_(agent.critic.parameters(), args.max_grad_norm)
-            optimizer.step()
-            losses = dict(policy_loss=policy_loss.detach(), value_loss=value_loss.detach(), entropy=entropy.detach())
-            stats.append(losses | pg_stats | dict(actor_grad_norm=actor_grad_norm, critic_grad_norm=critic_grad_norm))
+        for mb in minibatch_indices(data[0].shape[1], args.num_mini_batch, data[0].device):
+            hiddens = (buffer.actor_hidden[mb], buffer.critic_hidden[mb])  # (mb, rows, H) before step 0
+            stats.append(ppo_step(agent, optimizer, [x[:, mb] for x in data] + [hiddens], args))
     return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
 
 
