@@ -125,6 +125,12 @@ def run(command: list[str], log: str, cwd: str, tee: bool = False) -> int:
     return process.returncode
 
 
+def resume_flags(runs: str, name: str) -> list[str]:
+    """`--resume` with the newest checkpoint of the runs called `name` under `runs` (a stopped run goes on), or none."""
+    checkpoints = sorted(glob.glob(os.path.join(runs, f"*{name}__*", "checkpoint.pt")), key=os.path.getmtime)
+    return ["--resume", os.path.abspath(checkpoints[-1])] if checkpoints else []
+
+
 def train_unfinished(jobs: int, commands: dict[str, list[str]], cwd: str):
     """Runs each training command of `commands` ({log: command}) whose log does not say it ended, `jobs` at a time."""
     run_jobs(jobs, [lambda log=log, c=c: run(c, log, cwd) for log, c in commands.items() if not finished(log)])
@@ -277,10 +283,9 @@ class Grid(Mode):
             name = f"{SCENARIOS[scenario]}__{SCRIPTS[script]}__{seed}"  # the run folder's name, less its time
             log = os.path.join(work, "logs", f"{name}.log")
             if not finished(log):
-                checkpoint = glob.glob(os.path.join(work, "runs", f"{name}__*", "checkpoint.pt"))
-                for folder in [] if checkpoint else glob.glob(os.path.join(work, "runs", f"{name}__*")):
+                resume = resume_flags(os.path.join(work, "runs"), name)
+                for folder in [] if resume else glob.glob(os.path.join(work, "runs", f"{name}__*")):
                     shutil.rmtree(folder)  # an earlier try stopped before its first checkpoint
-                resume = ["--resume", os.path.abspath(checkpoint[0])] if checkpoint else []
                 if run([sys.executable, *self.training(scenario, script, seed)[1:], *resume], log, work):
                     return
             (folder,) = glob.glob(os.path.join(work, "runs", f"{name}__*"))
@@ -332,7 +337,8 @@ class Learn(Mode):
 @dataclasses.dataclass
 class Panel(Mode):
     """Each env of the panel x scripts x seeds with the defaults an env without a preset gets (no flag but the env's
-    own), skipping finished runs; each env's uniformly random policy first (20 episodes); then a table."""
+    own), skipping finished runs and resuming stopped ones; each env's uniformly random policy first (20 episodes);
+    then a table."""
 
     envs: tuple[Literal[tuple(PANEL_ENVS)], ...] = ("spread", "multiwalker", "kaz", "pursuit", "halfcheetah")
     """envs of PANEL_ENVS"""
@@ -356,7 +362,8 @@ class Panel(Mode):
         for env, script, seed in [(e, s, k) for e in self.envs for s in self.scripts for k in self.seeds]:
             name, budget = f"panel_{env}_{script}_{seed}", self.steps(self.budget)
             flags = [*PANEL_ENVS[env].split(), "--seed", str(seed), "--total-timesteps", budget, "--exp-name", name]
-            commands[log := os.path.join(work, "logs", f"{name}.log")] = self.command(*flags, script=script)
+            resume = resume_flags(os.path.join(work, "runs"), f"__{name}")  # a run stopped by a sitting's end
+            commands[log := os.path.join(work, "logs", f"{name}.log")] = self.command(*flags, *resume, script=script)
             rows.append((env, script, seed, name, log))
         train_unfinished(self.jobs, commands, work)
         print(header("env", "random", "script", "seed", "env steps", "train (last 10% of episodes)", "eval (last)"))

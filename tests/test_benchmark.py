@@ -488,6 +488,23 @@ def test_the_panels_random_policy_is_seeded():
     assert benchmark.random_return(flags) == benchmark.random_return(flags)
 
 
+def test_a_stopped_run_resumes_from_its_newest_checkpoint(tmp_path):
+    """The grid and the panel resume a run a sitting's end stopped: its newest checkpoint, never another run's."""
+    names = [
+        "epymarl_env__panel_lbf8_mat_1__1__100",
+        "epymarl_env__panel_lbf8_mat_1__1__200",
+        "x__panel_lbf8_mat_10__1__3",
+    ]
+    for age, name in enumerate(names):
+        os.makedirs(tmp_path / name)
+        (tmp_path / name / "checkpoint.pt").write_text("")
+        os.utime(tmp_path / name / "checkpoint.pt", (1000 + age, 1000 + age))
+    newest = str(tmp_path / names[1] / "checkpoint.pt")
+    assert benchmark.resume_flags(str(tmp_path), "__panel_lbf8_mat_1") == ["--resume", newest]
+    assert benchmark.resume_flags(str(tmp_path), "epymarl_env__panel_lbf8_mat_1__1") == ["--resume", newest]
+    assert benchmark.resume_flags(str(tmp_path), "__panel_lbf8_mappo_1") == []
+
+
 def test_the_readme_results_are_the_benchmark_tables():
     """Every cell of the README's results table (absolute metric IQM / train IQM, with their intervals) is the row of
     its script and scenario in the results.md of the grid at one commit, and the reference policies the quick start
