@@ -113,11 +113,12 @@ class Mode:
 
 
 def run(command: list[str], log: str, cwd: str, tee: bool = False) -> int:
-    """Runs `command` in `cwd` with its output into the file `log` (and to stdout with `tee`); its exit status."""
+    """Runs `command` in `cwd` with its output into the file `log` (and to stdout with `tee`), each line as it is
+    printed (a run's progress can be followed in its log); its exit status."""
     os.makedirs(os.path.dirname(log), exist_ok=True)
-    env = os.environ | {"SDL_VIDEODRIVER": "dummy"}
+    env = os.environ | {"SDL_VIDEODRIVER": "dummy", "PYTHONUNBUFFERED": "1"}  # a pipe would hold 8 kB of lines back
     pipe = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    with open(log, "a") as f, subprocess.Popen(command, cwd=cwd, env=env, **pipe) as process:
+    with open(log, "a", buffering=1) as f, subprocess.Popen(command, cwd=cwd, env=env, **pipe) as process:
         for line in process.stdout:
             f.write(line)
             if tee:

@@ -1,6 +1,7 @@
 """benchmark.py's modes and benchmark.sh's commands; benchmark_plot.py on synthetic TensorBoard runs: the table's
 numbers, the curves' averaging and the figures."""
 
+import concurrent.futures
 import itertools
 import json
 import os
@@ -503,6 +504,21 @@ def test_a_stopped_run_resumes_from_its_newest_checkpoint(tmp_path):
     assert benchmark.resume_flags(str(tmp_path), "__panel_lbf8_mat_1") == ["--resume", newest]
     assert benchmark.resume_flags(str(tmp_path), "epymarl_env__panel_lbf8_mat_1__1") == ["--resume", newest]
     assert benchmark.resume_flags(str(tmp_path), "__panel_lbf8_mappo_1") == []
+
+
+def test_a_runs_log_shows_each_line_while_it_runs(tmp_path):
+    """A Python child's first line is in its log while the child still runs (a pipe buffers 8 kB unless told not to)."""
+    log, go_on = tmp_path / "run.log", tmp_path / "go_on"
+    child = f"import os, time\nprint('step 1')\nwhile not os.path.exists({str(go_on)!r}): time.sleep(0.05)"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        status = pool.submit(benchmark.run, [sys.executable, "-c", child], str(log), str(tmp_path))
+        deadline = time.time() + 30
+        while not (log.exists() and "step 1" in log.read_text()) and time.time() < deadline:
+            time.sleep(0.05)
+        seen = log.read_text() if log.exists() else ""
+        go_on.touch()
+        assert status.result(timeout=30) == 0
+    assert seen == "step 1\n"
 
 
 def test_the_readme_results_are_the_benchmark_tables():
