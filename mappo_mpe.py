@@ -143,7 +143,7 @@ class Args:
 
     # Evaluation and logging
     eval_interval: int = 0
-    """environment steps between deterministic evaluations; 0: 50k, or 30 iterations where those are more steps"""
+    """environment steps between evaluations; 0: 50k, or 30 iterations where those are more steps"""
     n_eval_episodes: int = 32
     """episodes per evaluation (one per evaluation env)"""
     eval_sample: bool = False
@@ -664,7 +664,7 @@ def main(args: Args) -> dict:
             if (first := global_step == start_step + T * n_envs) and compiled:  # the first iteration compiled
                 print(f"step {global_step:>9,} | compiled for the GPU in {sum(seconds.values()):.0f} s (once a run)")
 
-            # 5. Evaluate the greedy policy, keeping the best model
+            # 5. Evaluate the policy (greedy unless --eval-sample), keeping the best model
             last = iteration == num_iterations
             if due(global_step, args.eval_interval or max(50_000, apart), global_step - progress.eval_step) or last:
                 evaluate_and_keep_best(agent, value_norm, optimizer, eval_envs, args, writer, progress, run_dir, stop)
@@ -1264,7 +1264,7 @@ def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args: Args, writer, 
 
 
 def evaluate_and_keep_best(agent, value_norm, optimizer, eval_envs, args: Args, writer, progress, run_dir, stop):
-    """Evaluates the greedy policy at `progress.global_step` and keeps the best model (best_model.pt with
+    """Evaluates the policy at `progress.global_step` and keeps the best model (best_model.pt with
     --save-model); an evaluation that a stop request cut short is none, and is due again after a resume."""
     step, video = progress.global_step, f"videos/{os.path.basename(run_dir)}/eval_{progress.global_step}.mp4"
     returns = evaluate_and_record(agent, eval_envs, args, writer, step, video, stop)

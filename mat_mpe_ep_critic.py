@@ -152,7 +152,7 @@ class Args:
 
     # Evaluation and logging
     eval_interval: int = 0
-    """environment steps between deterministic evaluations; 0: 50k, or 30 iterations where those are more steps"""
+    """environment steps between evaluations; 0: 50k, or 30 iterations where those are more steps"""
     n_eval_episodes: int = 32
     """episodes per evaluation (one per evaluation env)"""
     eval_sample: bool = False
@@ -232,12 +232,8 @@ def feed_forward(n_embd: int) -> nn.Sequential:
 
 def head(n_embd: int, out_dim: int) -> nn.Sequential:
     """Output head of the encoder (values) and the decoder (logits)."""
-    return nn.Sequential(
-        layer_init(nn.Linear(n_embd, n_embd)),
-        nn.GELU(),
-        nn.LayerNorm(n_embd),
-        layer_init(nn.Linear(n_embd, out_dim), 0.01),
-    )
+    hidden = [layer_init(nn.Linear(n_embd, n_embd)), nn.GELU(), nn.LayerNorm(n_embd)]
+    return nn.Sequential(*hidden, layer_init(nn.Linear(n_embd, out_dim), 0.01))
 
 
 class Attention(nn.Module):
@@ -436,14 +432,13 @@ class MultiAgentTransformer(nn.Module):
 
     def decode_autoregressive(
         self, obs_rep: torch.Tensor, avail: torch.Tensor, alive: torch.Tensor, deterministic: bool
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Agent by agent: actions (B, n_agents), or (B, n_agents, action_dim) if continuous, their log-probs
-        (B, n_agents), and the head outputs (B, n_agents, action_dim) they were drawn from. A key/value cache feeds
-        only agent i's position through the decoder at step i; the official code re-decodes the whole sequence
-        each step, which gives the same outputs at quadratic cost (tested)."""
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Agent by agent: actions (B, n_agents), or (B, n_agents, action_dim) if continuous, and their log-probs
+        (B, n_agents). A key/value cache feeds only agent i's position through the decoder at step i; the official
+        code re-decodes the whole sequence each step, which gives the same outputs at quadratic cost (tested)."""
         B, n_agents, _ = obs_rep.shape
         shifted = self.start_token.repeat(B, n_agents, 1)  # (B, n_agents, token_dim), filled in as agents act
-        actions, logprobs, outs = [], [], []
+        actions, logprobs = [], []
         cache = [[{}, {}] for _ in self.decoder_blocks]
         for i in range(n_agents):
             out = self.decode(shifted[:, i : i + 1], obs_rep[:, i : i + 1], cache)[:, 0]
@@ -451,10 +446,9 @@ class MultiAgentTransformer(nn.Module):
             action = dist.mode if deterministic else dist.sample()
             actions.append(action)
             logprobs.append(dist.log_prob(action))
-            outs.append(out)
             if i + 1 < n_agents:
                 shifted[:, i + 1] = self.action_tokens(action, alive[:, i])
-        return torch.stack(actions, dim=1), torch.stack(logprobs, dim=1), torch.stack(outs, dim=1)
+        return torch.stack(actions, dim=1), torch.stack(logprobs, dim=1)
 
     def act(self, obs, alive, avail, deterministic: bool = False, agent_order: torch.Tensor | None = None):
         """Actions and their log-probabilities, both (B, n_agents), of the agents in their episodes (`alive`), each
@@ -463,7 +457,7 @@ class MultiAgentTransformer(nn.Module):
         if agent_order is not None:
             obs, alive, avail = (in_agent_order(x, agent_order) for x in (obs, alive, avail))
         x = self.agent_inputs(obs, agent_order)
-        actions, logprobs, _ = self.decode_autoregressive(self.encode(x), avail, alive, deterministic)
+        actions, logprobs = self.decode_autoregressive(self.encode(x), avail, alive, deterministic)
         if agent_order is None:
             return actions, logprobs
         return tuple(in_agent_order(x, agent_order.argsort(dim=1)) for x in (actions, logprobs))
@@ -810,7 +804,7 @@ def main(args: Args) -> dict:
             if (first := global_step == start_step + T * n_envs) and compiled:  # the first iteration compiled
                 print(f"step {global_step:>9,} | compiled for the GPU in {sum(seconds.values()):.0f} s (once a run)")
 
-            # 5. Evaluate the greedy policy, keeping the best model
+            # 5. Evaluate the policy (greedy unless --eval-sample), keeping the best model
             last = iteration == num_iterations
             if due(global_step, args.eval_interval or max(50_000, apart), global_step - progress.eval_step) or last:
                 evaluate_and_keep_best(agent, value_norm, optimizer, eval_envs, args, writer, progress, run_dir, stop)
@@ -1410,7 +1404,7 @@ def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args: Args, writer, 
 
 
 def evaluate_and_keep_best(agent, value_norm, optimizer, eval_envs, args: Args, writer, progress, run_dir, stop):
-    """Evaluates the greedy policy at `progress.global_step` and keeps the best model (best_model.pt with
+    """Evaluates the policy at `progress.global_step` and keeps the best model (best_model.pt with
     --save-model); an evaluation that a stop request cut short is none, and is due again after a resume."""
     step, video = progress.global_step, f"videos/{os.path.basename(run_dir)}/eval_{progress.global_step}.mp4"
     returns = evaluate_and_record(agent, eval_envs, args, writer, step, video, stop)

@@ -319,8 +319,8 @@ def all_alive(x: torch.Tensor) -> torch.Tensor:
 
 def full_re_decode(model, obs_rep: torch.Tensor, avail: torch.Tensor, action_distribution):
     """The official MAT's acting, as the reference for the cached decoding: at each agent's turn the whole action
-    sequence goes through the decoder again; returns actions, log-probs and head outputs as decode_autoregressive.
-    `action_distribution` is the script's own."""
+    sequence goes through the decoder again; returns actions and log-probs as decode_autoregressive, and the head
+    outputs they were drawn from. `action_distribution` is the script's own."""
     B, n_agents, _ = obs_rep.shape
     shifted = model.start_token.repeat(B, n_agents, 1)
     actions, logprobs, outs = [], [], []
