@@ -311,7 +311,7 @@ def absolute_metric(run_dir: str):
     script, seed = script_module(script_name), int(seed) + 1000
     flags = ["--eval-checkpoint", f"{run_dir}/best_model.pt", "--n-eval-episodes", "320", "--seed", str(seed)]
     args = script.parse_args(flags)
-    returns = script.run_evaluation_only(args, torch.device("cpu"))  # (320, n_agents)
+    returns = script.run_evaluation_only(args)  # (320, n_agents), on the CPU
     with open(path, "w") as f:
         json.dump({"checkpoint": "best_model.pt", "seed": seed, "returns": returns.mean(axis=1).tolist()}, f)
 
@@ -915,7 +915,9 @@ def update_ms(m, n_envs: int, way: str) -> float:
     args, device = m.Args(n_rollout_threads=n_envs), torch.device("cuda" if torch.cuda.is_available() else "cpu")
     spec = m.get_env_spec(args.env_id, m.scenario_kwargs(args))
     torch.manual_seed(0)
-    agent, value_norm, optimizer = m.build_agent(spec, args, device, compiled=way.endswith("compiled networks"))
+    agent, value_norm, optimizer = m.build_agent(spec, args, device)
+    if way.endswith("compiled networks"):
+        m.compile_for_gpu(agent, envs=None)
     for name in ("get_dist", "evaluate_actions", "get_value") if way == "compiled" else ():
         if hasattr(agent, name):
             setattr(agent, name, torch.compile(getattr(agent, name), mode="reduce-overhead"))

@@ -5,9 +5,10 @@ representations and values, a decoder emits the agents' actions one after anothe
 actions already chosen. Acting decodes agent by agent with a key/value cache (cost linear in the agents);
 training scores all agents' actions in one teacher-forced pass.
 
-Read top to bottom: the arguments, then the algorithm (networks, value normalization, rollout buffer and GAE,
-the PPO update), then the training loop in `main()`. What follows `main()` is plumbing: the environments (mpe2's
-scenarios batched in torch for training, mpe2 itself for evaluation), checkpoints, argument checks, logging.
+Read top to bottom: the hyperparameters, the networks, value normalization, the rollout buffer and GAE, the PPO
+update and `main()`, the training loop. Below the banner, the run's machinery: the other flags, the envs (mpe2 batched
+in torch, any PettingZoo parallel env, mpe2 itself for evaluation), `TrainingRun` (device, run folder, resume, stop
+requests, evaluations, checkpoints, logging), the argument checks and test mode.
 
     python mat_mpe.py                                     # simple_spread_v3, 3 agents, the settings tuned on mpe2
     python mat_mpe.py --preset official                   # the official code's settings instead
@@ -42,47 +43,14 @@ from torch.utils.tensorboard import SummaryWriter
 
 
 @dataclass
-class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment"""
-    seed: int = 1
-    """seed of the experiment (env k of the vector uses seed + k)"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = False
-    """if toggled, use the GPU when one is available"""
-    n_training_threads: int = 0
-    """torch threads on the CPU; 0: half the cores (1 on 2 cores), so that two runs side by side keep their speed"""
-    compile: bool = True
-    """on a GPU, torch.compile the networks and the env step, after half a minute, and replay acting and each update
-    step as CUDA graphs; --no-compile: eager"""
-    track: bool = False
-    """if toggled, this experiment will be tracked with Weights and Biases"""
-    wandb_project_name: str = "mat-mpe"
-    """the wandb's project name"""
-    wandb_entity: str | None = None
-    """the entity (team) of wandb's project"""
-    capture_video: bool = False
-    """if toggled, record one evaluation episode per evaluation to `videos/{run_name}` and TensorBoard"""
-    save_model: bool = False
-    """if toggled, save the final and the best-evaluated checkpoint to `runs/{run_name}`"""
-    eval_checkpoint: str | None = None
-    """test mode: load this checkpoint, run the evaluation episodes and exit without training"""
-    eval_n_agents: int = 0
-    """test mode: play a --nearest-k checkpoint's actor on spread with this many agents (0: as trained)"""
-    resume: str | None = None
-    """continue the run of this training checkpoint (`runs/{run_name}/checkpoint.pt`) as if it had never stopped"""
-    checkpoint_interval: int = 0
-    """environment steps between training checkpoints (also at the end and on a stop); 0: 200k or 30 iterations"""
+class Hyperparameters:
+    """What a run learns and how: the task and the algorithm's settings (the flags that set up, watch and end a run
+    are `Args`'s, below the banner)."""
 
     # Environment
     env_id: str = "simple_spread_v3"
     """an MPE scenario (batched in torch), or the import path of a module with a PettingZoo `parallel_env` (e.g.
     pettingzoo.sisl.multiwalker_v9, mpe2.simple_spread_v3) or of a ParallelEnv class or function: my_env:MyEnv"""
-    env_kwargs: dict[str, int | float | bool | str] = dataclasses.field(default_factory=dict)
-    """envs given by import path: keyword arguments that make them (--env-kwargs max_cycles 300 flag False)"""
-    async_envs: bool = False
-    """envs given by import path: if toggled, each env steps in its own worker process (gymnasium's AsyncVectorEnv)"""
     n_agents: int = 3
     """number of agents (and landmarks) in simple_spread_v3; the other scenarios have a fixed team"""
     sort_entities: bool = False
@@ -141,18 +109,6 @@ class Args:
     team_reward: bool = True
     """if toggled, every agent learns the mean of all agents' rewards, to the end of the episode even once it died"""
 
-    # Evaluation and logging
-    eval_interval: int = 0
-    """environment steps between evaluations; 0: 50k, or 30 iterations where those are more steps"""
-    n_eval_episodes: int = 32
-    """episodes per evaluation (one per evaluation env)"""
-    eval_sample: bool = False
-    """if toggled, evaluations sample the policy's actions, not the likeliest ones (greedy agents can deadlock)"""
-    eval_max_steps: int = 10_000
-    """steps after which an evaluation episode ends if the env has not ended it (one without a time limit never does)"""
-    log_interval: int = 20_000
-    """environment steps between progress lines"""
-
 
 MPE_SCENARIOS = ("simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4")  # batched in torch
 # Settings per scenario that `--preset` lays over the defaults above; flags given on the command line override both.
@@ -172,24 +128,6 @@ CONTINUOUS_PRESETS = {
     "official": {},
     "tuned": {"simple_spread_v3": {"ent_coef": 0.003}, "simple_reference_v3": {"ent_coef": 0.003}},
 }
-
-
-def parse_args(argv: list[str] | None = None) -> Args:
-    """The command line, read twice: the first pass finds `--preset`, `--env-id` and `--continuous-actions`, so that
-    the second starts from that preset's settings for that scenario, which every flag given then overrides."""
-    argv = sys.argv[1:] if argv is None else argv
-    for start in [i + 1 for i, arg in enumerate(argv) if arg in ("--env-kwargs", "--env_kwargs")]:
-        count = next((n for n, arg in enumerate(argv[start:]) if arg.startswith("--")), len(argv) - start)
-        if count % 2:  # else tyro's own message, a box of nine lines
-            raise SystemExit(f"error: --env-kwargs takes name-value pairs, not {count} values")
-    chosen, _ = tyro.cli(Args, args=argv, return_unknown_args=True, add_help=False)
-    for flag in {"--n-agents", "--max-cycles"} & {arg.split("=")[0].replace("_", "-") for arg in argv}:
-        if chosen.env_id not in MPE_SCENARIOS:  # an env given by import path takes its own keywords, even if equal
-            raise SystemExit(f"error: {flag} is for MPE scenarios; use --env-kwargs with {chosen.env_id}")
-    settings = PRESETS[chosen.preset].get(chosen.env_id, {})
-    if chosen.continuous_actions:
-        settings = settings | CONTINUOUS_PRESETS[chosen.preset].get(chosen.env_id, {})
-    return tyro.cli(Args, args=argv, default=dataclasses.replace(Args(), **settings))
 
 
 # ---------------------------------------- Networks -------------------------------------------------------------------
@@ -496,15 +434,15 @@ class RolloutBuffer:
         self.values = zeros(T + 1, n_envs, n_agents)  # denormalized: on the scale of the returns
         action_shape, action_type = ((spec.action_dim,), torch.float32) if spec.continuous else ((), torch.long)
         self.actions = zeros(T, n_envs, n_agents, *action_shape, dtype=action_type)  # vectors clipped into the box
-        self.logprobs, self.rewards = zeros(T, n_envs, n_agents), zeros(T, n_envs, n_agents)
+        self.logprobs, self.rewards = zeros(T, n_envs, n_agents), zeros(T, n_envs, n_agents)  # each agent's own reward
         self.terminated, self.truncated = (zeros(T, n_envs, n_agents, dtype=torch.bool) for _ in range(2))
         self.final_obs = zeros(T, n_envs, n_agents, spec.obs_dim)  # last obs of an episode that ended at t
         self.final_values = zeros(T, n_envs, n_agents)  # their values, to bootstrap truncated episodes
         self.agent_order = None  # with --shuffle-agents (T, n_envs, n_agents): each step's decoding order
 
-    def insert(self, t: int, actions: torch.Tensor, logprobs: torch.Tensor, rewards: torch.Tensor, step: StepResult):
+    def insert(self, t: int, actions: torch.Tensor, logprobs: torch.Tensor, step: StepResult):
         """Stores what acting on the input at step t gave, and the input of step t + 1."""
-        self.actions[t], self.logprobs[t], self.rewards[t] = actions, logprobs, rewards
+        self.actions[t], self.logprobs[t], self.rewards[t] = actions, logprobs, step.rewards
         self.terminated[t], self.truncated[t] = step.terminated, step.truncated
         self.obs[t + 1], self.alive[t + 1], self.avail[t + 1] = step.obs, step.alive, step.avail
         self.final_obs[t] = step.final_obs
@@ -524,7 +462,8 @@ def compute_gae(buffer: RolloutBuffer, gamma: float, gae_lambda: float, team_rew
     an agent was truncated and not terminated: an agent that died goes on earning the team's rewards, as in the
     official codes' GAE."""
     rewards, values, terminated, truncated = buffer.rewards, buffer.values, buffer.terminated, buffer.truncated
-    if team_reward:
+    if team_reward:  # every agent learns from the team's mean reward
+        rewards = rewards.mean(dim=-1, keepdim=True).expand_as(rewards)
         ended = (terminated | truncated).all(dim=-1, keepdim=True)
         truncated = (ended & (truncated & ~terminated).any(dim=-1, keepdim=True)).expand_as(truncated)
         terminated = ended & ~truncated
@@ -611,125 +550,32 @@ def ppo_update(
     return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
 
 
-class GraphedStep:
-    """`ppo_step` replayed as one CUDA graph: with a small batch the GPU waits on the launches of a step's hundreds
-    of kernels, which a graph launches as one. Eager steps first (Adam's state, compiling), then one capture; a replay
-    copies its minibatch into the graph's inputs and each group's learning rate into the tensor Adam reads there."""
-
-    def __init__(self, step, warmup_steps: int = 3):
-        self.step, self.warmup_steps, self.graph = step, warmup_steps, None
-
-    def __call__(self, agent: nn.Module, optimizer, batch: list, args: Args) -> dict:
-        if self.warmup_steps:
-            self.warmup_steps -= 1
-            torch.cuda.synchronize()
-            with torch.cuda.stream(torch.cuda.Stream()):  # off the default stream, as the capture will be
-                stats = self.step(agent, optimizer, batch, args)
-            torch.cuda.synchronize()
-            return stats
-        if self.graph is None:  # minibatches are of one size: --num-mini-batch divides the rollout
-            self.inputs, groups = [x.clone() for x in batch], optimizer.param_groups
-            floats = [group["lr"] for group in groups]  # a tensor in the graph, floats again after it (checkpoints)
-            self.lrs = [torch.tensor(lr, device=batch[0].device) for lr in floats]
-            for group, lr in zip(groups, self.lrs):
-                group.update(lr=lr, capturable=True)
-            optimizer.zero_grad()  # the graph's backward then makes the gradients, in its own memory
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                stats = self.step(agent, optimizer, self.inputs, args)
-                self.names, self.stats = list(stats), torch.stack(list(stats.values()))  # one copy out a step
-            for group, lr in zip(groups, floats):
-                group.update(lr=lr, capturable=False)
-        for x, value in zip(self.inputs, batch):
-            x.copy_(value)
-        for lr, group in zip(self.lrs, optimizer.param_groups):
-            lr.fill_(group["lr"])  # --linear-lr-decay sets the float
-        self.graph.replay()
-        return dict(zip(self.names, self.stats.clone()))
-
-
-def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
-    var_returns = returns.var()
-    return float("nan") if var_returns == 0 else (1 - (returns - values).var() / var_returns).item()
-
-
-def build_agent(spec: EnvSpec, args: Args, device: torch.device, compiled: bool = False):
+def build_agent(spec: EnvSpec, args: Args, device: torch.device):
     agent = MultiAgentTransformer(spec, args).to(device)
     value_norm = ValueNorm(args.use_valuenorm).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5, fused=True)  # one kernel for all parameters
-    for name in ("act", "evaluate_actions", "get_value") if compiled else ():  # fused kernels
-        mode = "reduce-overhead" if name == "act" else "default"  # a CUDA graph; the update's is GraphedStep
-        setattr(agent, name, torch.compile(getattr(agent, name), mode=mode))
     return agent, value_norm, optimizer
 
 
-# ---------------------------------------- Training -------------------------------------------------------------------
-
-
 def main(args: Args) -> dict:
-    check_args(args)
-    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
-    if args.cuda and device.type == "cpu":
-        print("warning: --cuda was given but no GPU is available; running on CPU")
-    torch.manual_seed(args.seed)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # ours to use
-    torch.set_num_threads(args.n_training_threads or max(1, cores // 2))  # torch's own takes every core
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    if args.eval_checkpoint is not None:
-        run_evaluation_only(args, device)
+    """Trains the agent: iterations of a rollout, its values and advantages, and the PPO update. `TrainingRun`, below
+    the banner, is what surrounds them: the envs, the run folder, resume, Ctrl-C, evaluations, checkpoints, logging."""
+    if args.eval_checkpoint is not None:  # test mode: evaluate a saved model, train nothing
+        run_evaluation_only(args)
         return {}
-    spec = get_env_spec(args.env_id, scenario_kwargs(args))  # read from the env once; one it cannot train fails here
-    random.seed(args.seed)  # for an env that draws from Python's or numpy's generator (the probe seeded them with 0)
-    np.random.seed(args.seed)
-    compiled = args.compile and device.type == "cuda"  # on a CPU compiling gains nothing
-    check_memory(spec, args, device)
-    compiling = ", compiling first, the update as one CUDA graph" * compiled
-    print(f"training on {device.type}, torch threads: {torch.get_num_threads()}" + compiling)
-    checkpoint = load_checkpoint(args.resume, device) if args.resume else None
-    if not args.gamma and checkpoint:  # a resumed run keeps the discount it began with
-        args = dataclasses.replace(args, gamma=checkpoint["args"]["gamma"])
-    elif not args.gamma:  # none given: a horizon 1 / (1 - gamma) of a quarter of the env's time limit, 0.9 to 0.99
-        args = dataclasses.replace(args, gamma=round(min(max(1 - 4 / (spec.episode_limit or 400), 0.9), 0.99), 3))
-        print(f"gamma {args.gamma}, from the env's time limit: {spec.episode_limit or 'none in 400'} steps")
-
-    if not spec.episode_limit or spec.episode_limit > args.eval_max_steps:  # a continuing task, say
-        print(f"--eval-max-steps: evaluation episodes end after {args.eval_max_steps:,} steps unless the env ends them")
-    if checkpoint is not None:
-        check_resume(args, checkpoint)
-    T, n_envs = args.episode_length, args.n_rollout_threads
-    num_iterations = args.total_timesteps // (T * n_envs)
-    apart = 30 * T * n_envs  # default evaluations and checkpoints 30 iterations apart at least (4,096 envs: 3M steps)
-    if args.env_id in MPE_SCENARIOS:  # mpe2 batched in torch on the device
-        envs: VecEnv = BatchedMPE(spec, n_envs, args.seed, device, compiled)
-    else:  # any PettingZoo parallel env, through gymnasium's vector envs
-        envs = PettingZooVecEnv(spec, n_envs, args.seed, device, args.async_envs)
-    eval_envs = PettingZooVecEnv(spec, args.n_eval_episodes, args.seed, device, args.async_envs, args.capture_video)
-    run_dir = f"runs/{args.env_id.replace(':', '.')}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    run_dir = os.path.dirname(os.path.abspath(args.resume)) if args.resume else new_run_dir(run_dir)
-    resumed_step = checkpoint["global_step"] if checkpoint else None
-    with StopRequest() as stop, start_logging(run_dir, args, resumed_step) as writer:
-        agent, value_norm, optimizer = build_agent(spec, args, device, compiled)
-        train_step = GraphedStep(ppo_step) if compiled else ppo_step  # one minibatch step
+    with TrainingRun(args) as run:
+        args, spec, envs, device = run.args, run.spec, run.envs, run.device  # args with the discount chosen
+        T, n_envs = args.episode_length, args.n_rollout_threads
+        agent, value_norm, optimizer = build_agent(spec, args, device)
         initial_lrs = [group["lr"] for group in optimizer.param_groups]  # before a resume loads decayed ones
         buffer = RolloutBuffer(T, n_envs, spec, device)
-        episode_returns = EpisodeReturns(n_envs, len(spec.agents), device)
-        if checkpoint is None:
-            progress = Progress(iteration=0, global_step=0)
-            envs.reset()
-        else:
-            restore(checkpoint, agent, value_norm, optimizer, args.resume)
-            progress = Progress(**checkpoint["progress"])
-            resume_training(checkpoint, envs, episode_returns)
-        start_time, start_step, losses = time.time(), progress.global_step, {}
-        if progress.iteration == num_iterations:  # resumed after a stop in its final evaluation: what is left of it
-            evaluate_and_keep_best(agent, value_norm, optimizer, eval_envs, args, writer, progress, run_dir, stop)
+        progress = run.start(agent, value_norm, optimizer, buffer)  # a resumed run: where it stopped
 
-        for iteration in range(progress.iteration + 1, num_iterations + 1):
+        for iteration in range(progress.iteration + 1, run.num_iterations + 1):
             if args.linear_lr_decay:
                 for group, initial_lr in zip(optimizer.param_groups, initial_lrs):
-                    group["lr"] = initial_lr * (1.0 - (iteration - 1.0) / num_iterations)
+                    group["lr"] = initial_lr * (1.0 - (iteration - 1.0) / run.num_iterations)
 
-            rollout_start = time.time()
             # 1. Collect a rollout: T steps of every env with the current policy, from where the envs are
             buffer.obs[0], _, buffer.alive[0], buffer.avail[0] = envs.observe()
             if args.shuffle_agents:  # each env step decodes its agents in a random order, kept for training
@@ -738,79 +584,250 @@ def main(args: Args) -> dict:
                 for t in range(T):
                     order = None if buffer.agent_order is None else buffer.agent_order[t]
                     actions, logprobs = agent.act(buffer.obs[t], buffer.alive[t], buffer.avail[t], agent_order=order)
-                    step = envs.step(actions)
+                    buffer.insert(t, actions, logprobs, envs.step(actions))
                     progress.global_step += n_envs
-                    rewards = step.rewards
-                    if args.team_reward:  # every agent learns from the team's mean reward
-                        rewards = rewards.mean(dim=1, keepdim=True).expand_as(rewards)
-                    buffer.insert(t, actions, logprobs, rewards, step)
-                    episode_returns.add(step.rewards, step.ended)
 
                 # 2. Values and advantages
                 buffer.compute_values(agent, value_norm)
                 advantages, returns = compute_gae(buffer, args.gamma, args.gae_lambda, args.team_reward)
 
-            # 3. PPO update
+            # 3. PPO update (on a GPU each minibatch step is replayed as one CUDA graph: `run.ppo_step`)
             update_start = time.time()
-            losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args, train_step)
-            seconds = {"rollout": update_start - rollout_start, "update": time.time() - update_start}
-            alive = buffer.alive[:-1]
-            losses["explained_variance"] = explained_variance(buffer.values[:-1][alive], returns[alive])
-            progress.iteration = iteration
-            global_step = progress.global_step
+            losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args, run.ppo_step)
 
-            # 4. Log the iteration
-            sps = int((global_step - start_step) / (time.time() - start_time))
-            ended_returns = episode_returns.pop()  # (n_agents,) mean returns of this rollout's episodes, or None
-            if ended_returns is not None:
-                progress.train_return = float(ended_returns.mean())
-            lr = optimizer.param_groups[0]["lr"]
-            log_iteration(writer, global_step, sps, seconds, lr, losses, ended_returns, spec.agents)
-            if (first := global_step == start_step + T * n_envs) and compiled:  # the first iteration compiled
-                print(f"step {global_step:>9,} | compiled for the GPU in {sum(seconds.values()):.0f} s (once a run)")
-
-            # 5. Evaluate the policy (greedy unless --eval-sample), keeping the best model
-            last = iteration == num_iterations
-            if due(global_step, args.eval_interval or max(50_000, apart), global_step - progress.eval_step) or last:
-                evaluate_and_keep_best(agent, value_norm, optimizer, eval_envs, args, writer, progress, run_dir, stop)
-
-            if due(global_step, args.log_interval, T * n_envs) or last or first:  # the first within seconds
-                print(progress_line(progress, num_iterations * T * n_envs, sps, losses, args.eval_sample))
-
-            # 6. A training checkpoint to resume from
-            if due(global_step, args.checkpoint_interval or max(200_000, apart), T * n_envs) or last or stop.signal:
-                training = training_state(progress, envs, episode_returns)
-                save_checkpoint(f"{run_dir}/checkpoint.pt", agent, value_norm, optimizer, args, global_step, **training)
-            if stop.signal is not None:
+            # 4. Log; evaluate (greedy unless --eval-sample) and checkpoint when due; a stop request ends the run here
+            if run.end_iteration(iteration, losses, returns, update_start):
                 break
-
-        if args.save_model:
-            save_checkpoint(f"{run_dir}/model.pt", agent, value_norm, optimizer, args, progress.global_step)
-    if stop.env_error is not None:  # the user's env failed: keep the last completed update, as a stop does
-        line = f"error: {stop.env_error} at env step {progress.global_step:,}"
-        if progress.iteration * T * n_envs > (resumed_step or 0):  # an update of this process's: keep it
-            global_step = progress.global_step = progress.iteration * T * n_envs  # where the last update left it
-            training = training_state(progress, envs, episode_returns)
-            save_checkpoint(f"{run_dir}/checkpoint.pt", agent, value_norm, optimizer, args, global_step, **training)
-            line += f"; the run up to step {global_step:,} is kept: fix the env, add --resume {run_dir}/checkpoint.pt"
-        raise SystemExit(line)
-    summary = f"run in {run_dir}, with checkpoint.pt"
-    if args.save_model:  # best_model.pt from the first evaluation on
-        best = f" and best_model.pt (best eval {progress.best_eval:.3f})" if np.isfinite(progress.best_eval) else ""
-        summary += f", model.pt{best}"
-    if stop.signal is not None:
-        how = f"stopped by {signal.Signals(stop.signal).name} at step {progress.global_step:,}"
-        print(f"{how}; {summary}; to go on, add --resume {run_dir}/checkpoint.pt")
-        raise SystemExit(128 + stop.signal)
-    print(summary)
-    run_name, global_step = os.path.basename(run_dir), progress.global_step
-    return {"run_name": run_name, "losses": losses, "best_eval": progress.best_eval, "global_step": global_step}
+    return run.summary
 
 
 # ====================================================================================================
-# Nothing below this line is needed to follow the algorithm: the environments (mpe2 batched in torch, any PettingZoo
-# parallel env through gymnasium's vector envs), checkpoints and resume, argument checks, logging, test mode.
+# Nothing below this line is needed to follow the algorithm: the flags that set up, watch and end a run, the envs (mpe2
+# batched in torch, any PettingZoo parallel env), `TrainingRun` and what it uses, the argument checks, test mode.
 # ====================================================================================================
+
+
+# The command line: the hyperparameters and the flags that set up, watch and end a run (no docstring: --help shows it)
+@dataclass
+class Args(Hyperparameters):
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment (env k of the vector uses seed + k)"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = False
+    """if toggled, use the GPU when one is available"""
+    n_training_threads: int = 0
+    """torch threads on the CPU; 0: half the cores (1 on 2 cores), so that two runs side by side keep their speed"""
+    compile: bool = True
+    """on a GPU, torch.compile the networks and the env step, after half a minute, and replay acting and each update
+    step as CUDA graphs; --no-compile: eager"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "mat-mpe"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """if toggled, record one evaluation episode per evaluation to `videos/{run_name}` and TensorBoard"""
+    save_model: bool = False
+    """if toggled, save the final and the best-evaluated checkpoint to `runs/{run_name}`"""
+    eval_checkpoint: str | None = None
+    """test mode: load this checkpoint, run the evaluation episodes and exit without training"""
+    eval_n_agents: int = 0
+    """test mode: play a --nearest-k checkpoint's actor on spread with this many agents (0: as trained)"""
+    resume: str | None = None
+    """continue the run of this training checkpoint (`runs/{run_name}/checkpoint.pt`) as if it had never stopped"""
+    checkpoint_interval: int = 0
+    """environment steps between training checkpoints (also at the end and on a stop); 0: 200k or 30 iterations"""
+    env_kwargs: dict[str, int | float | bool | str] = dataclasses.field(default_factory=dict)
+    """envs given by import path: keyword arguments that make them (--env-kwargs max_cycles 300 flag False)"""
+    async_envs: bool = False
+    """envs given by import path: if toggled, each env steps in its own worker process (gymnasium's AsyncVectorEnv)"""
+
+    # Evaluation and logging
+    eval_interval: int = 0
+    """environment steps between evaluations; 0: 50k, or 30 iterations where those are more steps"""
+    n_eval_episodes: int = 32
+    """episodes per evaluation (one per evaluation env)"""
+    eval_sample: bool = False
+    """if toggled, evaluations sample the policy's actions, not the likeliest ones (greedy agents can deadlock)"""
+    eval_max_steps: int = 10_000
+    """steps after which an evaluation episode ends if the env has not ended it (one without a time limit never does)"""
+    log_interval: int = 20_000
+    """environment steps between progress lines"""
+
+
+def parse_args(argv: list[str] | None = None) -> Args:
+    """The command line, read twice: the first pass finds `--preset`, `--env-id` and `--continuous-actions`, so that
+    the second starts from that preset's settings for that scenario, which every flag given then overrides."""
+    argv = sys.argv[1:] if argv is None else argv
+    for start in [i + 1 for i, arg in enumerate(argv) if arg in ("--env-kwargs", "--env_kwargs")]:
+        count = next((n for n, arg in enumerate(argv[start:]) if arg.startswith("--")), len(argv) - start)
+        if count % 2:  # else tyro's own message, a box of nine lines
+            raise SystemExit(f"error: --env-kwargs takes name-value pairs, not {count} values")
+    chosen, _ = tyro.cli(Args, args=argv, return_unknown_args=True, add_help=False)
+    for flag in {"--n-agents", "--max-cycles"} & {arg.split("=")[0].replace("_", "-") for arg in argv}:
+        if chosen.env_id not in MPE_SCENARIOS:  # an env given by import path takes its own keywords, even if equal
+            raise SystemExit(f"error: {flag} is for MPE scenarios; use --env-kwargs with {chosen.env_id}")
+    settings = PRESETS[chosen.preset].get(chosen.env_id, {})
+    if chosen.continuous_actions:
+        settings = settings | CONTINUOUS_PRESETS[chosen.preset].get(chosen.env_id, {})
+    return tyro.cli(Args, args=argv, default=dataclasses.replace(Args(), **settings))
+
+
+class TrainingRun:
+    """Everything a training run does besides learning, entered and left from `main`: torch set up, the env read and its
+    envs made, the discount where none is given, the run folder and TensorBoard (and wandb), a resume, Ctrl-C and
+    SIGTERM (the loop stops at the end of its iteration; a second signal acts at once), evaluations and the best model,
+    checkpoints, the exit on an env's fault (keeping the last completed update) and the summary line."""
+
+    def __init__(self, args: Args):
+        self.device = device = setup_torch(args)
+        self.spec = spec = get_env_spec(args.env_id, scenario_kwargs(args))  # one it cannot train fails here
+        random.seed(args.seed)  # for an env that draws from these generators (the probe seeded them with 0)
+        np.random.seed(args.seed)
+        self.compiled = args.compile and device.type == "cuda"  # on a CPU compiling gains nothing
+        check_memory(spec, args, device)
+        compiling = ", compiling first, the update as one CUDA graph" * self.compiled
+        print(f"training on {device.type}, torch threads: {torch.get_num_threads()}" + compiling)
+        self.checkpoint = checkpoint = load_checkpoint(args.resume, device) if args.resume else None
+        if not args.gamma and checkpoint:  # a resumed run keeps the discount it began with
+            args = dataclasses.replace(args, gamma=checkpoint["args"]["gamma"])
+        elif not args.gamma:  # none given: a horizon 1 / (1 - gamma) of a quarter of the env's time limit, 0.9 to 0.99
+            args = dataclasses.replace(args, gamma=round(min(max(1 - 4 / (spec.episode_limit or 400), 0.9), 0.99), 3))
+            print(f"gamma {args.gamma}, from the env's time limit: {spec.episode_limit or 'none in 400'} steps")
+        if not spec.episode_limit or spec.episode_limit > args.eval_max_steps:  # a continuing task, say
+            limit = args.eval_max_steps
+            print(f"--eval-max-steps: evaluation episodes end after {limit:,} steps unless the env ends them")
+        if checkpoint is not None:
+            check_resume(args, checkpoint)
+        self.args, n_envs, self.batch = args, args.n_rollout_threads, args.episode_length * args.n_rollout_threads
+        self.num_iterations = args.total_timesteps // self.batch
+        if args.env_id in MPE_SCENARIOS:  # mpe2 batched in torch on the device
+            self.envs: VecEnv = BatchedMPE(spec, n_envs, args.seed, device)
+        else:  # any PettingZoo parallel env, through gymnasium's vector envs
+            self.envs = PettingZooVecEnv(spec, n_envs, args.seed, device, args.async_envs)
+        episodes, video = args.n_eval_episodes, args.capture_video
+        self.eval_envs = PettingZooVecEnv(spec, episodes, args.seed, device, args.async_envs, video)
+        run_dir = f"runs/{args.env_id.replace(':', '.')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        self.run_dir = os.path.dirname(os.path.abspath(args.resume)) if args.resume else new_run_dir(run_dir)
+        self.progress = Progress(**checkpoint["progress"]) if checkpoint else Progress(iteration=0, global_step=0)
+        self.running_returns = torch.zeros(n_envs, len(spec.agents), device=device)  # of the episodes under way
+        self.writer = start_logging(self.run_dir, args, checkpoint and checkpoint["global_step"])
+        self.signal, stops = None, (signal.SIGINT, signal.SIGTERM)
+        self.handlers = {s: signal.signal(s, self.request_stop) for s in stops}
+
+    def __enter__(self) -> TrainingRun:
+        return self
+
+    def request_stop(self, signum: int | None, frame=None):
+        """A stop at the end of the iteration; the previous handlers come back, so that a second signal acts at once."""
+        self.signal = signum
+        for s, handler in self.handlers.items():
+            signal.signal(s, handler)
+
+    def start(self, agent: nn.Module, value_norm, optimizer, buffer) -> Progress:
+        """Takes the model and the buffer, puts back a resumed run's state (else the envs begin their episodes) and
+        gives where the run is. On a GPU it compiles the networks and graphs the update's minibatch step."""
+        self.model, self.buffer, self.losses = (agent, value_norm, optimizer), buffer, {}
+        if self.compiled:
+            compile_for_gpu(agent, self.envs)
+        self.ppo_step = GraphedStep(ppo_step) if self.compiled else ppo_step
+        if self.checkpoint is None:
+            self.envs.reset()
+        else:
+            restore(self.checkpoint, agent, value_norm, optimizer, self.args.resume)
+            resume_training(self, self.checkpoint)
+        self.start_time, self.start_step, self.rollout_start = time.time(), self.progress.global_step, time.time()
+        if self.progress.iteration == self.num_iterations:  # resumed after a stop in its final evaluation: the rest
+            self.evaluate()
+        return self.progress
+
+    def end_iteration(self, iteration: int, losses: dict, returns: torch.Tensor, update_start: float) -> bool:
+        """After the update of `iteration`: its scalars logged, then the policy evaluated, a progress line and a
+        training checkpoint, each when due. Gives True where a stop request ends the run."""
+        args, progress, buffer, batch = self.args, self.progress, self.buffer, self.batch
+        seconds = {"rollout": update_start - self.rollout_start, "update": time.time() - update_start}
+        alive = buffer.alive[:-1]
+        losses["explained_variance"] = explained_variance(buffer.values[:-1][alive], returns[alive])
+        progress.iteration, global_step, self.losses = iteration, progress.global_step, losses
+        sps = int((global_step - self.start_step) / (time.time() - self.start_time))
+        ended_returns = self.ended_episode_returns()  # (n_agents,) mean returns of this rollout's episodes, or None
+        if ended_returns is not None:
+            progress.train_return = float(ended_returns.mean())
+        lr = self.model[2].param_groups[0]["lr"]
+        log_iteration(self.writer, global_step, sps, seconds, lr, losses, ended_returns, self.spec.agents)
+        if (first := global_step == self.start_step + batch) and self.compiled:  # the first iteration compiled
+            print(f"step {global_step:>9,} | compiled for the GPU in {sum(seconds.values()):.0f} s (once a run)")
+        last, apart = iteration == self.num_iterations, 30 * batch  # by default 30 iterations apart at least
+        if due(global_step, args.eval_interval or max(50_000, apart), global_step - progress.eval_step) or last:
+            self.evaluate()
+        if due(global_step, args.log_interval, batch) or last or first:  # the first within seconds
+            print(progress_line(progress, self.num_iterations * batch, sps, losses, args.eval_sample))
+        if due(global_step, args.checkpoint_interval or max(200_000, apart), batch) or last or self.signal:
+            self.save("checkpoint.pt", **training_state(self))
+        self.rollout_start = time.time()
+        return self.signal is not None
+
+    def ended_episode_returns(self) -> np.ndarray | None:
+        """(n_agents,) the mean per-agent returns of the episodes that ended in the rollout, None if none did; the
+        returns of those under way go on in `running_returns`. Summed on the device without waiting for it."""
+        running, ended_sum, count = self.running_returns, torch.zeros_like(self.running_returns[0]), 0
+        for rewards, ended in zip(self.buffer.rewards, (self.buffer.terminated | self.buffer.truncated).all(dim=-1)):
+            running += rewards
+            ended_sum += (running * ended[:, None]).sum(dim=0)
+            count += ended.sum()
+            running *= ~ended[:, None]
+        count = int(count)
+        return (ended_sum / max(count, 1)).cpu().numpy() if count else None
+
+    def evaluate(self):
+        """Evaluates the policy at the run's step, keeping the best model (best_model.pt with --save-model); an
+        evaluation that a stop request cut short is none, and is due again after a resume."""
+        progress, step = self.progress, self.progress.global_step
+        video = f"videos/{os.path.basename(self.run_dir)}/eval_{step}.mp4"
+        returns = evaluate_and_record(self.model[0], self.eval_envs, self.args, self.writer, step, video, self)
+        if self.signal is None:
+            progress.eval_return, progress.eval_step = float(returns.mean()), step
+            self.writer.add_scalar("eval/episodic_return", progress.eval_return, step)
+        if progress.eval_return > progress.best_eval:
+            progress.best_eval = progress.eval_return
+            if self.args.save_model:
+                self.save("best_model.pt")
+
+    def save(self, name: str, **training):
+        save_checkpoint(f"{self.run_dir}/{name}", *self.model, self.args, self.progress.global_step, **training)
+
+    def __exit__(self, kind, error, trace):
+        """A fault of the env ends the run with one error line, keeping its last completed update; a stop request
+        with a line that says how to go on; a finished run with the summary line."""
+        self.writer.close()
+        self.request_stop(self.signal)  # the handlers back; a stop requested stays so
+        progress, run_dir, resume = self.progress, self.run_dir, f"--resume {self.run_dir}/checkpoint.pt"
+        if isinstance(error, EnvError):  # the user's env failed: keep the last completed update, as a stop does
+            line = f"error: {error} at env step {progress.global_step:,}"
+            if progress.iteration * self.batch > (self.checkpoint or {}).get("global_step", 0):  # an update of ours
+                progress.global_step = progress.iteration * self.batch  # where the last update left it
+                self.save("checkpoint.pt", **training_state(self))
+                line += f"; the run up to step {progress.global_step:,} is kept: fix the env, add {resume}"
+            raise SystemExit(line) from None
+        if kind is not None:
+            return
+        summary = f"run in {run_dir}, with checkpoint.pt"
+        if self.args.save_model:  # best_model.pt from the first evaluation on
+            self.save("model.pt")
+            best = f" and best_model.pt (best eval {progress.best_eval:.3f})" if np.isfinite(progress.best_eval) else ""
+            summary += f", model.pt{best}"
+        if self.signal is not None:
+            how = f"stopped by {signal.Signals(self.signal).name} at step {progress.global_step:,}"
+            print(f"{how}; {summary}; to go on, add {resume}")
+            raise SystemExit(128 + self.signal)
+        print(summary)
+        self.summary = dict(run_name=os.path.basename(run_dir), losses=self.losses, best_eval=progress.best_eval)
+        self.summary["global_step"] = progress.global_step
+
 
 MAX_INPUTS = 4096  # numbers in an observation or state the networks take, flattened: more is an image, for a CNN
 
@@ -1041,10 +1058,8 @@ class BatchedMPE:
     WORLD = ("pos", "vel", "comm", "goal", "steps")  # `steps` on the CPU, the others on the device
     keeps_episodes = True  # the world is saved whole: a resumed run goes on with the episodes under way
 
-    def __init__(self, spec: EnvSpec, n_envs: int, seed: int, device: torch.device, compile_step: bool = False):
+    def __init__(self, spec: EnvSpec, n_envs: int, seed: int, device: torch.device):
         self.spec, self.env_id, self.n_envs, self.device = spec, spec.env_id, n_envs, device
-        if compile_step:  # fused kernels, a few a step instead of some sixty (no CUDA graph: the world carries over)
-            self.advance = torch.compile(self.advance)
         self.max_cycles, self.continuous = spec.scenario["max_cycles"], spec.continuous
         self.n_agents = n_agents = len(spec.agents)
         # mpe2's make_world: who moves, who speaks and in messages of what size, the landmarks and their colours
@@ -1335,7 +1350,7 @@ class PettingZooVecEnv:
 
 
 @torch.no_grad()
-def evaluate(agent, envs: PettingZooVecEnv, seed: int, max_steps: int, stop: StopRequest | None, sample: bool):
+def evaluate(agent, envs: PettingZooVecEnv, seed: int, max_steps: int, stop: TrainingRun | None, sample: bool):
     """One episode in each env, greedy or sampling the policy (`sample`), env k reset with `seed + k` (every evaluation
     plays the same episodes), ended by the env or after `max_steps` steps, or cut short by a stop request: their
     per-agent returns (n_envs, n_agents), and the frames (T + 1, H, W, 3) of env 0's if it renders."""
@@ -1366,20 +1381,6 @@ def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args: Args, writer, 
         small = torch.from_numpy(frames[:, ::2, ::2]).permute(0, 3, 1, 2).unsqueeze(0)  # (1, T, 3, H/2, W/2)
         writer.add_video("eval/video", small, step, fps=10)
     return returns
-
-
-def evaluate_and_keep_best(agent, value_norm, optimizer, eval_envs, args: Args, writer, progress, run_dir, stop):
-    """Evaluates the policy at `progress.global_step` and keeps the best model (best_model.pt with
-    --save-model); an evaluation that a stop request cut short is none, and is due again after a resume."""
-    step, video = progress.global_step, f"videos/{os.path.basename(run_dir)}/eval_{progress.global_step}.mp4"
-    returns = evaluate_and_record(agent, eval_envs, args, writer, step, video, stop)
-    if stop.signal is None:
-        progress.eval_return, progress.eval_step = float(returns.mean()), step
-        writer.add_scalar("eval/episodic_return", progress.eval_return, step)
-    if progress.eval_return > progress.best_eval:
-        progress.best_eval = progress.eval_return
-        if args.save_model:
-            save_checkpoint(f"{run_dir}/best_model.pt", agent, value_norm, optimizer, args, step)
 
 
 def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Args, global_step: int, **training):
@@ -1474,23 +1475,23 @@ def due(step: int, interval: int, since: int) -> bool:
     return step // interval > (step - since) // interval
 
 
-def training_state(progress: Progress, envs: VecEnv, episode_returns: EpisodeReturns) -> dict:
+def training_state(run: TrainingRun) -> dict:
     """What a training checkpoint holds besides the model, taken between iterations, to go on exactly as the run would
     have (`resume_training`): the envs (the next rollout's first observations), torch's generators (CUDA's too)."""
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
     return {
-        "progress": dataclasses.asdict(progress),
-        "env": envs.state_dict(),
-        "episode_returns": episode_returns.running,  # of the episodes under way
+        "progress": dataclasses.asdict(run.progress),
+        "env": run.envs.state_dict(),
+        "episode_returns": run.running_returns,  # of the episodes under way
         "rng_states": {"torch": torch.get_rng_state(), "cuda": cuda},
     }
 
 
-def resume_training(checkpoint: dict, envs: VecEnv, episode_returns: EpisodeReturns):
+def resume_training(run: TrainingRun, checkpoint: dict):
     """Puts back what `training_state` took besides the progress: the envs, the returns under way, the generators."""
-    envs.load_state_dict(checkpoint["env"])
-    if envs.keeps_episodes:
-        episode_returns.running = checkpoint["episode_returns"]
+    run.envs.load_state_dict(checkpoint["env"])
+    if run.envs.keeps_episodes:
+        run.running_returns = checkpoint["episode_returns"]
     torch.set_rng_state(checkpoint["rng_states"]["torch"].cpu())
     if checkpoint["rng_states"]["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([state.cpu() for state in checkpoint["rng_states"]["cuda"]])
@@ -1518,8 +1519,9 @@ def range_errors(args) -> list[str]:
 def check_args(args: Args):
     """Rejects settings that cannot work, with one line, before the run starts: numeric flags out of range
     (`range_errors`), then combinations."""
-    batch = args.episode_length * args.n_rollout_threads
-    problems = range_errors(args)
+    if problems := range_errors(args):  # first, as the checks below divide by some of them
+        raise SystemExit(f"error: {problems[0]}")
+    batch, problems = args.episode_length * args.n_rollout_threads, []
     if args.resume is not None and args.eval_checkpoint is not None:
         problems.append("--resume and --eval-checkpoint exclude each other: one trains on, the other only evaluates")
     if args.capture_video and importlib.util.find_spec("imageio_ffmpeg") is None:
@@ -1532,14 +1534,14 @@ def check_args(args: Args):
         problems.append("--eval-n-agents is for test mode: add --eval-checkpoint")
     if args.env_id in MPE_SCENARIOS and (args.env_kwargs or args.async_envs):
         problems.append("--env-kwargs and --async-envs apply to envs given by import path, not to MPE scenarios")
-    if args.num_mini_batch < 1 or batch % args.num_mini_batch != 0:
+    if batch % args.num_mini_batch != 0:
         problems.append(
             f"--num-mini-batch {args.num_mini_batch} does not divide the rollout of {batch} env steps "
             f"(episode_length {args.episode_length} x n_rollout_threads {args.n_rollout_threads})"
         )
     if args.eval_checkpoint is None and args.total_timesteps < batch:
         problems.append(f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} env steps)")
-    if args.n_head < 1 or args.n_embd % args.n_head != 0:
+    if args.n_embd % args.n_head != 0:
         problems.append(f"--n-head {args.n_head} does not divide --n-embd {args.n_embd}")
     if problems:
         raise SystemExit(f"error: {problems[0]}")
@@ -1570,47 +1572,28 @@ def check_memory(spec: EnvSpec, args: Args, device: torch.device):
         )
 
 
-class StopRequest:
-    """Turns Ctrl-C (SIGINT) and SIGTERM into a request that the training loop honours at the end of an iteration
-    (a second signal acts at once); an EnvError ends the block, kept in `env_error` for `main` to save and report."""
-
-    def __enter__(self):
-        self.signal, self.env_error = None, None
-        self.previous = {s: signal.signal(s, self.request) for s in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def request(self, signum: int, frame):
-        self.signal = signum
-        self.__exit__()
-
-    def __exit__(self, kind=None, error=None, trace=None) -> bool:
-        for s, handler in self.previous.items():
-            signal.signal(s, handler)
-        self.env_error = error if isinstance(error, EnvError) else None
-        return self.env_error is not None
+def setup_torch(args: Args) -> torch.device:
+    """Checks the flags (`check_args`), then sets torch up: the device, the seed, the threads."""
+    check_args(args)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+    if args.cuda and device.type == "cpu":
+        print("warning: --cuda was given but no GPU is available; running on CPU")
+    torch.manual_seed(args.seed)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # ours to use
+    torch.set_num_threads(args.n_training_threads or max(1, cores // 2))  # torch's own takes every core
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    return device
 
 
-class EpisodeReturns:
-    """Per-agent returns of the training envs' episodes, summed on the device without waiting for it; `pop()` gives
-    the mean of those ended since the last call."""
-
-    def __init__(self, n_envs: int, n_agents: int, device: torch.device):
-        self.running = torch.zeros(n_envs, n_agents, device=device)  # of the episodes under way
-        self.ended_sum, self.ended_count = torch.zeros(n_agents, device=device), torch.zeros((), device=device)
-
-    def add(self, rewards: torch.Tensor, ended: torch.Tensor):
-        self.running += rewards
-        ended = ended[:, None]  # (n_envs, 1)
-        self.ended_sum += (self.running * ended).sum(dim=0)
-        self.ended_count += ended.sum()
-        self.running *= ~ended
-
-    def pop(self) -> np.ndarray | None:
-        """(n_agents,) mean returns of the episodes ended since the last call; None if none ended."""
-        count = int(self.ended_count.item())
-        means = (self.ended_sum / max(count, 1)).cpu().numpy()
-        self.ended_sum, self.ended_count = torch.zeros_like(self.ended_sum), torch.zeros_like(self.ended_count)
-        return means if count else None
+def compile_for_gpu(agent: nn.Module, envs: VecEnv):
+    """torch.compile on a GPU (fused kernels): the batched env's world step, a few kernels a step instead of some sixty
+    (no CUDA graph: the world carries over), and the networks' entry points, acting as a CUDA graph (the update's
+    minibatch step is one too: `GraphedStep`)."""
+    if isinstance(envs, BatchedMPE):
+        envs.advance = torch.compile(envs.advance)
+    for name in ("act", "evaluate_actions", "get_value"):
+        mode = "reduce-overhead" if name == "act" else "default"
+        setattr(agent, name, torch.compile(getattr(agent, name), mode=mode))
 
 
 def new_run_dir(base: str) -> str:
@@ -1663,9 +1646,10 @@ def progress_line(progress: Progress, total_steps: int, sps: int, losses: dict, 
     )
 
 
-def run_evaluation_only(args: Args, device: torch.device):
+def run_evaluation_only(args: Args):
     """Test mode: evaluates a saved checkpoint on mpe2 with the environment and model settings it was trained with;
     with --capture-video the video goes to the training run's folder, at the model's training step."""
+    device = setup_torch(args)
     checkpoint = load_checkpoint(args.eval_checkpoint, device)
     saved = {k: v for k, v in checkpoint["args"].items() if k in {f.name for f in dataclasses.fields(Args)}}
     keep = "eval_checkpoint n_eval_episodes eval_max_steps capture_video seed cuda compile eval_n_agents".split()
@@ -1694,6 +1678,48 @@ def run_evaluation_only(args: Args, device: torch.device):
         + (f"\nvideo written to {video}" if video else "")
     )
     return returns
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
+    var_returns = returns.var()
+    return float("nan") if var_returns == 0 else (1 - (returns - values).var() / var_returns).item()
+
+
+class GraphedStep:
+    """`ppo_step` replayed as one CUDA graph: with a small batch the GPU waits on the launches of a step's hundreds
+    of kernels, which a graph launches as one. Eager steps first (Adam's state, compiling), then one capture; a replay
+    copies its minibatch into the graph's inputs and each group's learning rate into the tensor Adam reads there."""
+
+    def __init__(self, step, warmup_steps: int = 3):
+        self.step, self.warmup_steps, self.graph = step, warmup_steps, None
+
+    def __call__(self, agent: nn.Module, optimizer, batch: list, args: Args) -> dict:
+        if self.warmup_steps:
+            self.warmup_steps -= 1
+            torch.cuda.synchronize()
+            with torch.cuda.stream(torch.cuda.Stream()):  # off the default stream, as the capture will be
+                stats = self.step(agent, optimizer, batch, args)
+            torch.cuda.synchronize()
+            return stats
+        if self.graph is None:  # minibatches are of one size: --num-mini-batch divides the rollout
+            self.inputs, groups = [x.clone() for x in batch], optimizer.param_groups
+            floats = [group["lr"] for group in groups]  # a tensor in the graph, floats again after it (checkpoints)
+            self.lrs = [torch.tensor(lr, device=batch[0].device) for lr in floats]
+            for group, lr in zip(groups, self.lrs):
+                group.update(lr=lr, capturable=True)
+            optimizer.zero_grad()  # the graph's backward then makes the gradients, in its own memory
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                stats = self.step(agent, optimizer, self.inputs, args)
+                self.names, self.stats = list(stats), torch.stack(list(stats.values()))  # one copy out a step
+            for group, lr in zip(groups, floats):
+                group.update(lr=lr, capturable=False)
+        for x, value in zip(self.inputs, batch):
+            x.copy_(value)
+        for lr, group in zip(self.lrs, optimizer.param_groups):
+            lr.fill_(group["lr"])  # --linear-lr-decay sets the float
+        self.graph.replay()
+        return dict(zip(self.names, self.stats.clone()))
 
 
 if __name__ == "__main__":

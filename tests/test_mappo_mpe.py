@@ -638,23 +638,20 @@ def test_a_training_state_survives_a_weights_only_checkpoint(tmp_path):
     progress come back from `torch.load(weights_only=True)` as they were saved."""
     envs = m.BatchedMPE(m.get_env_spec("simple_spread_v3", scenario()), 4, seed=3, device=CPU)
     envs.reset()
-    episode_returns = m.EpisodeReturns(4, 3, CPU)
-    episode_returns.add(torch.randn(4, 3), torch.zeros(4, dtype=torch.bool))
     progress = m.Progress(7, 700, best_eval=-9.5, eval_return=-10.0, train_return=-11.0)
+    run = SimpleNamespace(progress=progress, envs=envs, running_returns=torch.randn(4, 3))
     torch.manual_seed(5)
-    torch.save(m.training_state(progress, envs, episode_returns), tmp_path / "state.pt")
+    torch.save(m.training_state(run), tmp_path / "state.pt")
     expected = (torch.rand(3), torch.randperm(10), envs.step(torch.zeros(4, 3, dtype=torch.long)).obs)
     torch.manual_seed(6)
-    other_envs, other_returns = (
-        m.BatchedMPE(m.get_env_spec("simple_spread_v3", scenario()), 4, 9, CPU),
-        m.EpisodeReturns(4, 3, CPU),
-    )
+    other_envs = m.BatchedMPE(m.get_env_spec("simple_spread_v3", scenario()), 4, 9, CPU)
+    other = SimpleNamespace(envs=other_envs, running_returns=torch.zeros(4, 3))
     checkpoint = torch.load(tmp_path / "state.pt", weights_only=True)
-    m.resume_training(checkpoint, other_envs, other_returns)
+    m.resume_training(other, checkpoint)
     restored = m.Progress(**checkpoint["progress"])
     again = (torch.rand(3), torch.randperm(10), other_envs.step(torch.zeros(4, 3, dtype=torch.long)).obs)
     assert all(torch.equal(a, b) for a, b in zip(again, expected))
-    assert restored == progress and torch.equal(other_returns.running, episode_returns.running)
+    assert restored == progress and torch.equal(other.running_returns, run.running_returns)
 
 
 def test_a_checkpoint_write_that_fails_leaves_the_previous_one_intact(tmp_path, monkeypatch):
@@ -1402,7 +1399,7 @@ def test_an_agent_who_died_adds_nothing_to_the_policys_update(team_reward):
         for t in range(6):
             actions, logprobs = agent.act(buffer.obs[t], buffer.avail[t])
             step = envs.step(actions)
-            buffer.insert(t, actions, logprobs, step.rewards, step)
+            buffer.insert(t, actions, logprobs, step)
         buffer.compute_values(agent, value_norm)
         advantages, returns = m.compute_gae(buffer, 0.99, 0.95, team_reward)
     buffer.logprobs += 0.3 * torch.randn_like(buffer.logprobs)  # ratios away from 1, some clipped: a loss not ~0

@@ -156,7 +156,7 @@ def collect(agent, envs, buffer, T: int, first_rollout: bool):
         actions, logprobs, actor_hidden = agent.act(buffer.obs[t], buffer.avail[t], actor_hidden, buffer.starts[t])
         actor_hiddens.append(actor_hidden)
         step = envs.step(actions)
-        buffer.insert(t, actions, logprobs, step.rewards, step)
+        buffer.insert(t, actions, logprobs, step)
         no_start = torch.zeros(1, envs.n_envs, dtype=torch.bool)
         final = agent.get_value(one_step(buffer.final_obs[t]), one_step(buffer.final_state[t]), critic_hidden, no_start)
         final_values.append(final[0][0])

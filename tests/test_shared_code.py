@@ -3,6 +3,7 @@ equal: every top-level function and class that two or more scripts define under 
 source in each, except where a script is listed in VARIANTS as having its own version. So a fix made in one
 copy and not in the others fails here."""
 
+import ast
 import importlib.util
 import inspect
 import os
@@ -25,7 +26,8 @@ ALL = frozenset(SCRIPTS)
 
 # name -> the scripts whose copy is meant to differ from the others' (which must still agree among themselves)
 VARIANTS = {
-    "Args": ALL,  # each script's own flags and defaults
+    "Hyperparameters": ALL,  # each algorithm's own settings and defaults
+    "Args": ALL,  # and its own run-control flags (no --compile for the GRUs; a wandb project per algorithm)
     "check_args": ALL,  # each algorithm's own impossible settings
     "memory_estimate": ALL,  # each network's own activations per agent-step
     "ppo_update": ALL,  # what each algorithm keeps of a rollout
@@ -36,8 +38,10 @@ VARIANTS = {
     "evaluate": {"mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"},  # GRU hidden states; MAT masks the dead
     "training_state": {"mappo_mpe_rnn"},  # keeps the GRUs' hidden states for the next rollout
     "resume_training": {"mappo_mpe_rnn"},  # and puts them back
+    "TrainingRun": {"mappo_mpe_rnn"},  # the GRUs have no --compile
+    "compile_for_gpu": {"mat_mpe", "mat_mpe_ep_critic"},  # the transformer's entry points
     "MultiAgentTransformer": {"mat_mpe_ep_critic"},  # the critic on the state replaces the encoder's value head
-    "build_agent": {"mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"},  # the transformer; the GRUs have no --compile
+    "build_agent": {"mat_mpe", "mat_mpe_ep_critic"},  # the transformer (the GRUs' Agent is built as the MLPs')
 }
 
 
@@ -115,11 +119,14 @@ def test_compile_traces_every_entry_point_and_the_env_step_whole(script, entry_p
     flags = ["--total-timesteps", "100", "--n-rollout-threads", "4", "--n-eval-episodes", "2", "--ppo-epoch", "2"]
     try:
         assert module.main(module.parse_args(flags))["global_step"] == 100 and compiled == []  # the CPU: eager
-        build_agent, batched_mpe = module.build_agent, module.BatchedMPE  # as main calls them on a GPU
-        monkeypatch.setattr(module, "build_agent", lambda spec, args, device, _: build_agent(spec, args, device, True))
-        monkeypatch.setattr(
-            module, "BatchedMPE", lambda spec, n, seed, device, _: batched_mpe(spec, n, seed, device, True)
-        )
+        init = module.TrainingRun.__init__
+
+        def as_on_a_gpu(run, args):  # which compiles
+            init(run, args)
+            run.compiled = True
+
+        monkeypatch.setattr(module.TrainingRun, "__init__", as_on_a_gpu)
+        monkeypatch.setattr(module, "GraphedStep", lambda step: step)  # its CUDA graphs need a GPU
         assert module.main(module.parse_args(flags))["global_step"] == 100
     finally:
         torch._dynamo.reset()
@@ -333,3 +340,38 @@ def test_the_wrapper_of_envs_md_trains_on_level_based_foraging(tmp_path):
     )
     assert run.returncode == 0 and run.stderr == "", run.stderr[-3000:]
     assert "gamma 0.92, from the env's time limit: 50 steps" in run.stdout and "run in runs/epymarl_env__" in run.stdout
+
+
+ALGORITHM_LOSSES = ["ValueNorm", "RolloutBuffer", "compute_gae", "masked_mean", "policy_loss_fn", "value_loss_fn"]
+ALGORITHM_END = ALGORITHM_LOSSES + ["minibatch_indices", "ppo_step", "ppo_update", "build_agent", "main"]
+SETTINGS = ["Hyperparameters", "MPE_SCENARIOS", "PRESETS", "CONTINUOUS_PRESETS", "layer_init"]
+POLICIES = ["Gaussian", "action_distribution", "sort_entities", "nearest_columns"]
+TRANSFORMER = ["feed_forward", "head", "Attention", "EncodeBlock", "DecodeBlock", *POLICIES, "in_agent_order"]
+ABOVE_THE_BANNER = {  # in order: the settings, the networks, value normalization, buffer and GAE, the update, main
+    "mappo_mpe": [*SETTINGS, "mlp", "mlp_net", *POLICIES, "Agent", *ALGORITHM_END],
+    "mappo_mpe_rnn": [*SETTINGS, "mlp", "gru_over_sequence", "RecurrentNet", *POLICIES, "Agent", *ALGORITHM_END],
+    "mat_mpe": [*SETTINGS, *TRANSFORMER, "MultiAgentTransformer", *ALGORITHM_END],
+    "mat_mpe_ep_critic": [*SETTINGS, "mlp", "mlp_net", *TRANSFORMER, "MultiAgentTransformer", *ALGORITHM_END],
+}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_above_the_banner_only_the_algorithm(script):
+    """What a script defines above its banner is the algorithm's, in the order a reader needs it, so that a new
+    feature of the run's machinery lands below it; and `main` reaches that machinery through two names only, the
+    training run and test mode."""
+    source = open(os.path.join(ROOT, f"{script}.py")).read()
+    above, below = source.split("\n# " + "=" * 100 + "\n", 1)
+    top_level = lambda tree: [  # noqa: E731
+        name
+        for node in tree.body
+        for name in (
+            [node.name]
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+            else [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+        )
+    ]
+    assert top_level(ast.parse(above)) == ABOVE_THE_BANNER[script]
+    main = next(n for n in ast.parse(above).body if getattr(n, "name", "") == "main")
+    used = {n.id for statement in main.body for n in ast.walk(statement) if isinstance(n, ast.Name)}
+    assert used & set(top_level(ast.parse(below))) == {"TrainingRun", "run_evaluation_only"}
