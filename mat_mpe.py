@@ -403,12 +403,16 @@ class ValueNorm(nn.Module):
         return mean, var
 
     @torch.no_grad()
-    def update(self, x: torch.Tensor):
+    def update(self, x: torch.Tensor, steps: int = 1):
+        """The statistics `steps` updates on: the official codes update them before every minibatch of every epoch,
+        each time with that minibatch's returns; one update with the decay to the power `steps` ends where they end
+        (with one minibatch exactly; with several up to (1 - beta)^2 terms, as an epoch's minibatches average to x)."""
         if not self.enabled:
             return
-        self.running_mean.mul_(self.beta).add_(x.mean() * (1 - self.beta))
-        self.running_mean_sq.mul_(self.beta).add_((x**2).mean() * (1 - self.beta))
-        self.debiasing_term.mul_(self.beta).add_(1 - self.beta)
+        decay = self.beta**steps
+        self.running_mean.mul_(decay).add_(x.mean() * (1 - decay))
+        self.running_mean_sq.mul_(decay).add_((x**2).mean() * (1 - decay))
+        self.debiasing_term.mul_(decay).add_(1 - decay)
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         mean, var = self.mean_var()
@@ -537,7 +541,8 @@ def ppo_update(
     """`ppo_epoch` passes of minibatches, each one `step` (`ppo_step` or `GraphedStep`); a sample: an agent sequence."""
     flat = lambda x: x.flatten(0, 1)  # (T, n_envs, n_agents, ...) -> (T * n_envs, n_agents, ...)  # noqa: E731
     old_values = value_norm.normalize(buffer.values[:-1])  # the critic's outputs when acting: the clip's centre
-    value_norm.update(returns[buffer.alive[:-1] | args.team_reward])  # the returns the critic learns (value_loss_fn)
+    learned = returns[buffer.alive[:-1] | args.team_reward]  # the returns the critic learns (value_loss_fn)
+    value_norm.update(learned, steps=args.ppo_epoch * args.num_mini_batch)  # as often as the official codes
     alive_advantages = advantages[buffer.alive[:-1]]
     advantages = (advantages - alive_advantages.mean()) / (alive_advantages.std() + 1e-5)
     data = [buffer.obs[:-1], buffer.actions, buffer.alive[:-1], buffer.avail[:-1], buffer.logprobs, advantages]

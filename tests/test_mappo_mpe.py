@@ -390,6 +390,24 @@ def test_value_norm_round_trip_and_debiasing():
     torch.testing.assert_close(small.mean_var()[1], torch.tensor(1e-2))  # variance floor
 
 
+def test_value_norm_ends_each_update_where_the_official_per_minibatch_schedule_ends():
+    """The official codes update ValueNorm before every minibatch of every epoch with that minibatch's returns (10
+    epochs of 4 minibatches here); one update with the decay to the power 40 ends each of 50 updates where they end, to
+    float32's rounding, though the returns drift far from where they began. One plain update would not."""
+    torch.manual_seed(0)
+    ours, official, once = m.ValueNorm(), m.ValueNorm(), m.ValueNorm()
+    for update in range(50):
+        returns = torch.randn(800) * (1 + update) - 3 * update
+        ours.update(returns, steps=40)
+        once.update(returns)
+        for _ in range(10):
+            for minibatch in torch.randperm(800).split(200):
+                official.update(returns[minibatch])
+        for statistic, expected in zip(ours.mean_var(), official.mean_var()):
+            torch.testing.assert_close(statistic, expected, rtol=1e-4, atol=0)
+    assert not torch.allclose(once.mean_var()[0], official.mean_var()[0], rtol=1e-3)  # its old returns weigh more
+
+
 def reference_gae(rewards, values, final_values, terminated, truncated, gamma, lam):
     """Plain per-element loop, written independently of the vectorized version."""
     T, n = rewards.shape

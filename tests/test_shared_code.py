@@ -375,3 +375,16 @@ def test_above_the_banner_only_the_algorithm(script):
     main = next(n for n in ast.parse(above).body if getattr(n, "name", "") == "main")
     used = {n.id for statement in main.body for n in ast.walk(statement) if isinstance(n, ast.Name)}
     assert used & set(top_level(ast.parse(below))) == {"TrainingRun", "run_evaluation_only"}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_an_update_moves_value_norm_once_per_minibatch_and_epoch(script, tmp_path, monkeypatch):
+    """One iteration of 3 epochs of 2 minibatches: ValueNorm's debiasing term (1 - beta^k after k updates of the
+    official schedule, whatever the returns) is that of 6 updates, as the official codes make them."""
+    module = importlib.import_module(script)
+    monkeypatch.chdir(tmp_path)
+    flags = ["--total-timesteps", "100", "--n-rollout-threads", "4", "--n-eval-episodes", "1", "--ppo-epoch", "3"]
+    run_name = module.main(module.parse_args([*flags, "--num-mini-batch", "2"]))["run_name"]
+    checkpoint = torch.load(tmp_path / "runs" / run_name / "checkpoint.pt", weights_only=True)
+    beta = module.ValueNorm().beta
+    assert checkpoint["value_norm"]["debiasing_term"].item() == pytest.approx(1 - beta**6, rel=1e-5)
