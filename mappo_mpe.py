@@ -1,9 +1,8 @@
 """MAPPO (Yu et al., 2022) for the cooperative PettingZoo MPE scenarios, in one file.
 
-Read top to bottom: the hyperparameters, the networks, value normalization, the rollout buffer and GAE, the PPO
-update and `main()`, the training loop. Below the banner, the run's machinery: the other flags, the envs (mpe2 batched
-in torch, any PettingZoo parallel env, mpe2 itself for evaluation), `TrainingRun` (device, run folder, resume, stop
-requests, evaluations, checkpoints, logging), the argument checks and test mode.
+Read top to bottom: the hyperparameters, networks, value normalization, rollout buffer and GAE, the PPO update and
+`main()`, the training loop. Below the banner, the run's machinery: the other flags, the envs (mpe2 batched in torch,
+any PettingZoo env, mpe2 for evaluation), `TrainingRun` (resume, Ctrl-C, evaluations, checkpoints, logs), test mode.
 
     python mappo_mpe.py                                   # simple_spread_v3, 3 agents, the settings tuned on mpe2
     python mappo_mpe.py --preset official                 # the official code's settings instead
@@ -40,8 +39,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 @dataclass
 class Hyperparameters:
-    """What a run learns and how: the task and the algorithm's settings (the flags that set up, watch and end a run
-    are `Args`'s, below the banner)."""
+    """What a run learns and how: the task and the algorithm's settings (the other flags: `Args`, below the banner)."""
 
     # Environment
     env_id: str = "simple_spread_v3"
@@ -110,9 +108,8 @@ class Hyperparameters:
 
 
 MPE_SCENARIOS = ("simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4")  # batched in torch
-# Settings per scenario that `--preset` lays over the defaults above; flags given on the command line override both.
-# "official": the official MAPPO scripts' settings (train_mpe_*.sh; the defaults and gamma 0.99 are its spread
-# settings, with 32 rollout threads instead of 128). "tuned": the best settings measured on mpe2 (docs/tuning.md).
+# What --preset lays over the defaults above per scenario (flags given override both): "official", the official MAPPO
+# scripts' (train_mpe_*.sh; on spread gamma 0.99, 32 rollout threads for 128); "tuned", mpe2's best (docs/tuning.md).
 PRESETS = {
     "official": {
         "simple_spread_v3": {"gamma": 0.99},
@@ -301,9 +298,8 @@ class ValueNorm(nn.Module):
 
     @torch.no_grad()
     def update(self, x: torch.Tensor, steps: int = 1):
-        """The statistics `steps` updates on: the official codes update them before every minibatch of every epoch,
-        each time with that minibatch's returns; one update with the decay to the power `steps` ends where they end
-        (with one minibatch exactly; with several up to (1 - beta)^2 terms, as an epoch's minibatches average to x)."""
+        """`steps` updates on x at once: the official codes update before each minibatch of each epoch with its returns,
+        which ends here (exactly with one minibatch; with several of equal counts, averaging to x, to (1 - beta)^2)."""
         if not self.enabled:
             return
         decay = self.beta**steps

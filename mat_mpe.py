@@ -5,10 +5,9 @@ representations and values, a decoder emits the agents' actions one after anothe
 actions already chosen. Acting decodes agent by agent with a key/value cache (cost linear in the agents);
 training scores all agents' actions in one teacher-forced pass.
 
-Read top to bottom: the hyperparameters, the networks, value normalization, the rollout buffer and GAE, the PPO
-update and `main()`, the training loop. Below the banner, the run's machinery: the other flags, the envs (mpe2 batched
-in torch, any PettingZoo parallel env, mpe2 itself for evaluation), `TrainingRun` (device, run folder, resume, stop
-requests, evaluations, checkpoints, logging), the argument checks and test mode.
+Read top to bottom: the hyperparameters, networks, value normalization, rollout buffer and GAE, the PPO update and
+`main()`, the training loop. Below the banner, the run's machinery: the other flags, the envs (mpe2 batched in torch,
+any PettingZoo env, mpe2 for evaluation), `TrainingRun` (resume, Ctrl-C, evaluations, checkpoints, logs), test mode.
 
     python mat_mpe.py                                     # simple_spread_v3, 3 agents, the settings tuned on mpe2
     python mat_mpe.py --preset official                   # the official code's settings instead
@@ -44,8 +43,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 @dataclass
 class Hyperparameters:
-    """What a run learns and how: the task and the algorithm's settings (the flags that set up, watch and end a run
-    are `Args`'s, below the banner)."""
+    """What a run learns and how: the task and the algorithm's settings (the other flags: `Args`, below the banner)."""
 
     # Environment
     env_id: str = "simple_spread_v3"
@@ -404,9 +402,8 @@ class ValueNorm(nn.Module):
 
     @torch.no_grad()
     def update(self, x: torch.Tensor, steps: int = 1):
-        """The statistics `steps` updates on: the official codes update them before every minibatch of every epoch,
-        each time with that minibatch's returns; one update with the decay to the power `steps` ends where they end
-        (with one minibatch exactly; with several up to (1 - beta)^2 terms, as an epoch's minibatches average to x)."""
+        """`steps` updates on x at once: the official codes update before each minibatch of each epoch with its returns,
+        which ends here (exactly with one minibatch; with several of equal counts, averaging to x, to (1 - beta)^2)."""
         if not self.enabled:
             return
         decay = self.beta**steps
