@@ -624,8 +624,7 @@ class TrainingRun:
             signal.signal(s, handler)
 
     def start(self, agent: nn.Module, value_norm, optimizer, buffer) -> Progress:
-        """Takes the model and the buffer, puts back a resumed run's state (else the envs begin their episodes) and
-        gives where the run is. On a GPU it compiles the networks and graphs the update's minibatch step."""
+        """Takes the model and buffer, puts a resumed run's state back (else the envs begin) and compiles on a GPU."""
         self.model, self.buffer, self.losses = (agent, value_norm, optimizer), buffer, {}
         if self.compiled:
             compile_for_gpu(agent, self.envs)
@@ -641,8 +640,7 @@ class TrainingRun:
         return self.progress
 
     def end_iteration(self, iteration: int, losses: dict, returns: torch.Tensor, update_start: float) -> bool:
-        """After the update of `iteration`: its scalars logged, then the policy evaluated, a progress line and a
-        training checkpoint, each when due. Gives True where a stop request ends the run."""
+        """After an update: its log, then when due an evaluation, a progress line, a checkpoint; True: a stop."""
         args, progress, buffer, batch = self.args, self.progress, self.buffer, self.batch
         seconds = {"rollout": update_start - self.rollout_start, "update": time.time() - update_start}
         alive = buffer.alive[:-1]
@@ -667,8 +665,7 @@ class TrainingRun:
         return self.signal is not None
 
     def ended_episode_returns(self) -> np.ndarray | None:
-        """(n_agents,) the mean per-agent returns of the episodes that ended in the rollout, None if none did; the
-        returns of those under way go on in `running_returns`. Summed on the device without waiting for it."""
+        """(n_agents,) mean returns of the episodes that ended in the rollout (None: none did), summed on the device."""
         running, ended_sum, count = self.running_returns, torch.zeros_like(self.running_returns[0]), 0
         for rewards, ended in zip(self.buffer.rewards, (self.buffer.terminated | self.buffer.truncated).all(dim=-1)):
             running += rewards
@@ -679,8 +676,7 @@ class TrainingRun:
         return (ended_sum / max(count, 1)).cpu().numpy() if count else None
 
     def evaluate(self):
-        """Evaluates the policy at the run's step, keeping the best model (best_model.pt with --save-model); an
-        evaluation that a stop request cut short is none, and is due again after a resume."""
+        """The policy evaluated, the best model kept; one a stop request cut short is none (due again on a resume)."""
         progress, step = self.progress, self.progress.global_step
         video = f"videos/{os.path.basename(self.run_dir)}/eval_{step}.mp4"
         returns = evaluate_and_record(self.model[0], self.eval_envs, self.args, self.writer, step, video, self)
@@ -696,8 +692,7 @@ class TrainingRun:
         save_checkpoint(f"{self.run_dir}/{name}", *self.model, self.args, self.progress.global_step, **training)
 
     def __exit__(self, kind, error, trace):
-        """A fault of the env ends the run with one error line, keeping its last completed update; a stop request
-        with a line that says how to go on; a finished run with the summary line."""
+        """An env's fault: one error line, the last update kept; a stop: how to go on; else the summary line."""
         self.writer.close()
         self.request_stop(self.signal)  # the handlers back; a stop requested stays so
         progress, run_dir, resume = self.progress, self.run_dir, f"--resume {self.run_dir}/checkpoint.pt"
@@ -1482,9 +1477,8 @@ def setup_torch(args: Args) -> torch.device:
 
 
 def compile_for_gpu(agent: nn.Module, envs: VecEnv):
-    """torch.compile on a GPU (fused kernels): the batched env's world step, a few kernels a step instead of some sixty
-    (no CUDA graph: the world carries over), and the networks' entry points, acting as a CUDA graph (the update's
-    minibatch step is one too: `GraphedStep`)."""
+    """torch.compile on a GPU: the batched env's step, fused to a few kernels from some sixty (no CUDA graph: the world
+    carries over), and the networks' entry points, acting as a CUDA graph (the update's step is `GraphedStep`)."""
     if isinstance(envs, BatchedMPE):
         envs.advance = torch.compile(envs.advance)
     for name in ("act", "get_dist", "get_value"):
@@ -1582,9 +1576,8 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
 
 
 class GraphedStep:
-    """`ppo_step` replayed as one CUDA graph: with a small batch the GPU waits on the launches of a step's hundreds
-    of kernels, which a graph launches as one. Eager steps first (Adam's state, compiling), then one capture; a replay
-    copies its minibatch into the graph's inputs and each group's learning rate into the tensor Adam reads there."""
+    """`ppo_step` as one CUDA graph, launching a step's hundreds of kernels at once. Eager steps first (Adam's state,
+    compiling), then a capture; a replay copies in the minibatch and each group's learning rate, a tensor Adam reads."""
 
     def __init__(self, step, warmup_steps: int = 3):
         self.step, self.warmup_steps, self.graph = step, warmup_steps, None
