@@ -76,8 +76,8 @@ class Hyperparameters:
     """learning rate of the critic"""
     linear_lr_decay: bool = False
     """if toggled, the learning rate decays linearly to 0 over training"""
-    ppo_epoch: int = 10
-    """passes over each rollout"""
+    ppo_epoch: int = 0
+    """passes over each rollout; 0: 10 for continuous actions, 3 for discrete (sparse rewards want few: panel.md)"""
     num_mini_batch: int = 1
     """minibatches per pass; must divide episode_length * n_rollout_threads"""
     clip: float = 0.05
@@ -119,11 +119,12 @@ class Hyperparameters:
 
 MPE_SCENARIOS = ("simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4")  # batched in torch
 # Settings per scenario that `--preset` lays over the defaults above; flags given on the command line override both.
-# "official": the official MAT's MPE script (train_mpe.sh, one set of settings for every scenario: the defaults, gamma
-# 0.99, with 32 rollout threads instead of 128). "tuned": the best settings measured on mpe2 (docs/tuning.md); on
-# spread the state critic also needs its raw input and a faster rate than the transformer (mat_mpe_ep_critic.md).
+# "official": the official MAT's MPE script (train_mpe.sh, one set of settings for every scenario: gamma 0.99 and 10
+# epochs over the defaults, 32 rollout threads instead of 128). "tuned": the best settings measured on mpe2
+# (docs/tuning.md); on spread the state critic also needs its raw input and a faster rate than the transformer
+# (mat_mpe_ep_critic.md).
 PRESETS = {
-    "official": dict.fromkeys(MPE_SCENARIOS, {"gamma": 0.99}),
+    "official": dict.fromkeys(MPE_SCENARIOS, {"gamma": 0.99, "ppo_epoch": 10}),
     "tuned": {
         "simple_spread_v3": dict(gamma=0.9, lr=1.75e-4, critic_lr=1.4e-3, feature_norm=False, sort_entities=True),
         "simple_speaker_listener_v4": {"gamma": 0.99, "ppo_epoch": 15},
@@ -572,14 +573,15 @@ def ppo_update(
     flat = lambda x: x.flatten(0, 1)  # (T, n_envs, ...) -> (T * n_envs, ...)  # noqa: E731
     old_values = value_norm.normalize(buffer.values[:-1])  # the critic's outputs when acting: the clip's centre
     learned = returns[buffer.alive[:-1] | args.team_reward]  # the returns the critic learns (value_loss_fn)
-    value_norm.update(learned, steps=args.ppo_epoch * args.num_mini_batch)  # as often as the official codes
+    passes = args.ppo_epoch or (10 if agent.continuous else 3)  # 0: a Gaussian policy needs more to move
+    value_norm.update(learned, steps=passes * args.num_mini_batch)  # as often as the official codes
     alive_advantages = advantages[buffer.alive[:-1]]
     advantages = (advantages - alive_advantages.mean()) / (alive_advantages.std() + 1e-5)
     data = [buffer.obs[:-1], buffer.actions, buffer.alive[:-1], buffer.avail[:-1], buffer.logprobs, advantages]
     data += [buffer.state[:-1], old_values, value_norm.normalize(returns)]
     data = [flat(x) for x in data + ([] if buffer.agent_order is None else [buffer.agent_order])]
     stats = []
-    for _ in range(args.ppo_epoch):
+    for _ in range(passes):
         for mb in minibatch_indices(data[0].shape[0], args.num_mini_batch, data[0].device):
             stats.append(step(agent, optimizer, [x[mb] for x in data], args))
     return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
@@ -1531,9 +1533,9 @@ def resume_training(run: TrainingRun, checkpoint: dict):
 
 def range_errors(args) -> list[str]:
     """One message per numeric flag outside the values it can work with; flags a script does not have are skipped."""
-    counts = "n_rollout_threads n_agents max_cycles episode_length ppo_epoch num_mini_batch hidden_size n_block"
+    counts = "n_rollout_threads n_agents max_cycles episode_length num_mini_batch hidden_size n_block"
     counts += " n_embd n_head n_eval_episodes eval_max_steps log_interval"
-    chosen = "n_training_threads eval_interval checkpoint_interval"  # 0: the script chooses
+    chosen = "n_training_threads eval_interval checkpoint_interval ppo_epoch"  # 0: the script chooses
     rules = [  # (valid values, the test, the flags it applies to); NaN fails every test
         ("at least 1", lambda v: v >= 1, counts),
         ("at least 0", lambda v: v >= 0, "seed ent_coef vf_coef nearest_k eval_n_agents " + chosen),
