@@ -42,7 +42,7 @@ VARIANTS = {
     "compile_for_gpu": {"mat_mpe", "mat_mpe_ep_critic"},  # the transformer's entry points
     "MultiAgentTransformer": {"mat_mpe_ep_critic"},  # the critic on the state replaces the encoder's value head
     "build_agent": {"mat_mpe", "mat_mpe_ep_critic"},  # the transformer (the GRUs' Agent is built as the MLPs')
-    "range_errors": {"mat_mpe", "mat_mpe_ep_critic"},  # MAT's --ppo-epoch 0 chooses the passes by the action type
+    "range_errors": {"mat_mpe", "mat_mpe_ep_critic"},  # MAT's --ppo-epoch 0 chooses the passes by the discount
 }
 
 
@@ -392,10 +392,12 @@ def test_an_update_moves_value_norm_once_per_minibatch_and_epoch(script, tmp_pat
 
 
 @pytest.mark.parametrize("script", ["mat_mpe", "mat_mpe_ep_critic"])
-@pytest.mark.parametrize("flags,passes", [([], 3), (["--continuous-actions"], 10), (["--ppo-epoch", "2"], 2)])
-def test_mat_chooses_its_passes_by_the_action_type_unless_given(script, flags, passes, tmp_path, monkeypatch):
-    """MAT's default --ppo-epoch 0: 3 passes over a rollout of discrete actions, 10 of continuous ones; a count given
-    is kept. Read from ValueNorm's debiasing term after one iteration (one minibatch: 1 - beta^passes)."""
+@pytest.mark.parametrize(
+    "flags,passes", [([], 3), (["--gamma", "0.99"], 10), (["--ppo-epoch", "2", "--gamma", "0.99"], 2)]
+)
+def test_mat_chooses_its_passes_by_the_discount_unless_given(script, flags, passes, tmp_path, monkeypatch):
+    """MAT's default --ppo-epoch 0: 3 passes over each rollout below a discount of 0.99 (spread's tuned 0.9), 10 at
+    0.99; a count given is kept. Read from ValueNorm's debiasing term after one iteration (1 - beta^passes)."""
     module = importlib.import_module(script)
     monkeypatch.chdir(tmp_path)
     assert module.Args().ppo_epoch == 0
@@ -404,4 +406,3 @@ def test_mat_chooses_its_passes_by_the_action_type_unless_given(script, flags, p
     checkpoint = torch.load(tmp_path / "runs" / run_name / "checkpoint.pt", weights_only=True)
     beta = module.ValueNorm().beta
     assert checkpoint["value_norm"]["debiasing_term"].item() == pytest.approx(1 - beta**passes, rel=1e-5)
-
