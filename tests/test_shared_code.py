@@ -392,17 +392,15 @@ def test_an_update_moves_value_norm_once_per_minibatch_and_epoch(script, tmp_pat
 
 
 @pytest.mark.parametrize("script", ["mat_mpe", "mat_mpe_ep_critic"])
-@pytest.mark.parametrize(
-    "flags,passes", [([], 3), (["--gamma", "0.99"], 10), (["--ppo-epoch", "2", "--gamma", "0.99"], 2)]
-)
+@pytest.mark.parametrize("flags,passes", [(["--gamma", "0.9"], 3), ([], 10), (["--ppo-epoch", "2"], 2)])
 def test_mat_chooses_its_passes_by_the_discount_unless_given(script, flags, passes, tmp_path, monkeypatch):
-    """MAT's default --ppo-epoch 0: 3 passes over each rollout below a discount of 0.99 (spread's tuned 0.9), 10 at
-    0.99; a count given is kept. Read from ValueNorm's debiasing term after one iteration (1 - beta^passes)."""
+    """MAT's default --ppo-epoch 0: 3 passes over each rollout below a discount of 0.99, 10 at 0.99 (the official
+    preset's); a count given is kept. Read from ValueNorm's debiasing term after one iteration (1 - beta^passes)."""
     module = importlib.import_module(script)
     monkeypatch.chdir(tmp_path)
     assert module.Args().ppo_epoch == 0
-    argv = ["--total-timesteps", "100", "--n-rollout-threads", "4", "--n-eval-episodes", "1", *flags]
-    run_name = module.main(module.parse_args(argv))["run_name"]
+    argv = ["--preset", "official", "--total-timesteps", "100", "--n-rollout-threads", "4", "--n-eval-episodes", "1"]
+    run_name = module.main(module.parse_args([*argv, *flags]))["run_name"]
     checkpoint = torch.load(tmp_path / "runs" / run_name / "checkpoint.pt", weights_only=True)
     beta = module.ValueNorm().beta
     assert checkpoint["value_norm"]["debiasing_term"].item() == pytest.approx(1 - beta**passes, rel=1e-5)
