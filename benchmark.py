@@ -620,7 +620,7 @@ class Sweep(Mode):
         configs = SWEEP | {name: f"--gamma 0.9 {flags}".strip() for name, flags in own.items()}
         configs = dict(list(configs.items())[: 2 if self.smoke else None])
         logs = {name: self.path(f"{self.script}_sweep_{name}_seed{self.seed}.log") for name in configs}
-        budget = ["--total-timesteps", self.steps(500_000)]
+        budget = ["--total-timesteps", self.steps(500_000), "--ppo-epoch", "10"]  # MAT's too: one change a row
         commands = {
             logs[n]: self.learning(*budget, *f.split(), "--exp-name", f"{self.script}_sweep_{n}")
             for n, f in configs.items()
