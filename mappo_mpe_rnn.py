@@ -725,10 +725,11 @@ class TrainingRun:
             self.evaluate()
         if due(global_step, args.log_interval, batch) or last or global_step == self.start_step + batch:
             print(progress_line(progress, self.num_iterations * batch, sps, losses, args.eval_sample))
-        if due(global_step, args.checkpoint_interval or max(200_000, apart), batch) or last or self.signal:
+        stop = self.signal is not None  # read once: a signal after this stops the next iteration, after its save
+        if due(global_step, args.checkpoint_interval or max(200_000, apart), batch) or last or stop:
             self.save("checkpoint.pt", **training_state(self))
         self.rollout_start = time.time()
-        return self.signal is not None
+        return stop
 
     def ended_episode_returns(self) -> np.ndarray | None:
         """(n_agents,) mean returns of the episodes that ended in the rollout (None: none did), summed on the device."""

@@ -535,7 +535,7 @@ def ppo_step(agent: MultiAgentTransformer, optimizer, batch: list, args: Args) -
 def ppo_update(
     agent: MultiAgentTransformer, optimizer, value_norm, buffer: RolloutBuffer, advantages, returns, args, step=ppo_step
 ) -> dict:
-    """`ppo_epoch` passes of minibatches, each one `step` (`ppo_step` or `GraphedStep`); a sample: an agent sequence."""
+    """`passes` of minibatches, each one `step` (`ppo_step` or `GraphedStep`); a sample: an agent sequence."""
     flat = lambda x: x.flatten(0, 1)  # (T, n_envs, n_agents, ...) -> (T * n_envs, n_agents, ...)  # noqa: E731
     old_values = value_norm.normalize(buffer.values[:-1])  # the critic's outputs when acting: the clip's centre
     learned = returns[buffer.alive[:-1] | args.team_reward]  # the returns the critic learns (value_loss_fn)
@@ -767,10 +767,11 @@ class TrainingRun:
             self.evaluate()
         if due(global_step, args.log_interval, batch) or last or first:  # the first within seconds
             print(progress_line(progress, self.num_iterations * batch, sps, losses, args.eval_sample))
-        if due(global_step, args.checkpoint_interval or max(200_000, apart), batch) or last or self.signal:
+        stop = self.signal is not None  # read once: a signal after this stops the next iteration, after its save
+        if due(global_step, args.checkpoint_interval or max(200_000, apart), batch) or last or stop:
             self.save("checkpoint.pt", **training_state(self))
         self.rollout_start = time.time()
-        return self.signal is not None
+        return stop
 
     def ended_episode_returns(self) -> np.ndarray | None:
         """(n_agents,) mean returns of the episodes that ended in the rollout (None: none did), summed on the device."""
