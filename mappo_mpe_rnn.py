@@ -102,8 +102,9 @@ class Hyperparameters:
     """if toggled, LayerNorm is applied to the network inputs"""
     use_agent_id: bool = True
     """if toggled, the actor sees a one-hot agent id after its observation"""
-    state_type: Literal["EP", "FP", "AS"] = "EP"
-    """critic input: EP env.state() once per env; FP state + agent id; AS state + own obs + agent id"""
+    state_type: Literal["EP", "FP", "AS", "local"] = "EP"
+    """critic input: EP env.state() once per env; FP state + agent id; AS state + own obs + agent id; local own obs
+    + agent id (decentralized, the official --use_centralized_V False; taken where an env has no state that fits)"""
     separate_actors: bool = False
     """if toggled, every agent has its own actor parameters (the critic stays shared)"""
     team_reward: bool = True
@@ -257,7 +258,8 @@ class Agent(nn.Module):
     def __init__(self, spec: EnvSpec, args: Args):
         super().__init__()
         n_agents = len(spec.agents)
-        self.obs_dim, self.state_type, self.use_agent_id = spec.obs_dim, args.state_type, args.use_agent_id
+        self.obs_dim, self.use_agent_id = spec.obs_dim, args.use_agent_id
+        self.state_type = args.state_type if spec.state_dim else "local"  # no state: see get_env_spec's warning
         self.entities = spec.entities if args.sort_entities or args.nearest_k else ()
         actor_columns = nearest_columns(spec, args.nearest_k) if args.nearest_k else None  # (F,) or None: all
         self.register_buffer("actor_columns", actor_columns, persistent=False)
@@ -268,13 +270,14 @@ class Agent(nn.Module):
         # Continuous actions: the mean starts near 0.5, the centre of the box, the std at sigmoid(2) = 0.88
         self.actor_std_logit = nn.Parameter(torch.full((n_actors, spec.action_dim), 2.0)) if spec.continuous else None
         # EP: one critic pass per env on the shared state, with one value head per agent (agents' returns
-        # differ without --team-reward). FP/AS: one pass per agent on an agent-specific state.
-        critic_in = spec.state_dim + {"EP": 0, "FP": n_agents, "AS": spec.obs_dim + n_agents}[args.state_type]
-        value_heads = n_agents if args.state_type == "EP" else 1
+        # differ without --team-reward). FP/AS/local: one pass per agent on an agent-specific input.
+        extra = {"EP": 0, "FP": n_agents, "AS": spec.obs_dim + n_agents, "local": spec.obs_dim + n_agents}
+        critic_in = (self.state_type != "local") * spec.state_dim + extra[self.state_type]
+        value_heads = n_agents if self.state_type == "EP" else 1
         self.critic = RecurrentNet(critic_in, value_heads, 1.0, args)
         self.hidden_shapes = (
             (n_agents, args.hidden_size),
-            (1 if args.state_type == "EP" else n_agents, args.hidden_size),
+            (1 if self.state_type == "EP" else n_agents, args.hidden_size),
         )
 
     def initial_hidden(self, n_envs: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -282,8 +285,10 @@ class Agent(nn.Module):
         return tuple(torch.zeros(n_envs, *shape, device=self.agent_ids.device) for shape in self.hidden_shapes)
 
     def critic_input(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-        """obs (..., n_agents, obs_dim), state (..., state_dim) -> EP (..., 1, state_dim), FP/AS (..., n_agents, F)."""
-        if self.entities:  # spread's state joins the agents' observations: sort each one's part
+        """obs (..., n_agents, obs_dim), state (..., state_dim) -> EP (..., 1, state_dim), else (..., n_agents, F)."""
+        if self.state_type == "local":  # decentralized: each agent's own observation and id, as AS without a state
+            state = state[..., :0]
+        elif self.entities:  # spread's state joins the agents' observations: sort each one's part
             state = sort_entities(state.unflatten(-1, (len(self.agent_ids), -1)), self.entities).flatten(-2)
         if self.state_type == "EP":
             return state.unsqueeze(-2)
@@ -793,7 +798,7 @@ class EnvSpec(NamedTuple):
     agents: list[str]
     obs_dim: int  # largest agent observation, flattened; smaller ones are zero-padded
     action_dim: int  # largest agent action space (discrete) or action vector (continuous)
-    state_dim: int
+    state_dim: int  # 0: none (no state, and the observations joined would not fit: see probe_env)
     avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's actions or action dimensions
     continuous: bool  # action vectors in the unit box [0, 1]^action_dim (zero-padded) instead of discrete actions
     action_masks: str  # where the env says which actions each agent may take now: "info", "observation", "" (all)
@@ -924,9 +929,11 @@ def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
         length += 1
         if truncated := any(truncations.values()) and not env.agents:
             break
-    if problem is not None:
-        print(f"warning: {problem}; the critic takes the observations joined")
-        spec = spec._replace(has_state=False, state_dim=len(spec.agents) * spec.obs_dim)
+    if problem is not None:  # the critic takes the observations joined where they fit, else each agent's own
+        joined = len(spec.agents) * spec.obs_dim
+        critic = "the observations joined" if joined <= MAX_INPUTS else f"each agent's own ({joined:,} numbers joined)"
+        print(f"warning: {problem}; the critic takes {critic}")
+        spec = spec._replace(has_state=False, state_dim=joined if joined <= MAX_INPUTS else 0)
     unwrapped = getattr(env, "unwrapped", env)  # a class with PettingZoo's methods need not have it
     kept = [n for name in TIME_LIMITS if isinstance(n := getattr(unwrapped, name, None), int) and n > 0]
     return spec._replace(episode_limit=(kept + [length if truncated else 0])[0])
@@ -935,6 +942,8 @@ def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
 def env_state(spec: EnvSpec, env, obs: np.ndarray | None) -> np.ndarray:
     """(state_dim,) float32: env.state() flattened where the spec has a state, else the observations `obs` joined; a
     state() of another size than its state_space, or not finite, is an EnvError."""
+    if not spec.state_dim:  # none (the observations joined do not fit): the critic takes each agent's own
+        return np.zeros(0, dtype=np.float32)
     state = np.asarray(call_env(spec.env_id, env, "state") if spec.has_state else obs, dtype=np.float32).ravel()
     if state.size != spec.state_dim:
         raise EnvError(

@@ -835,7 +835,7 @@ class EnvSpec(NamedTuple):
     agents: list[str]
     obs_dim: int  # largest agent observation, flattened; smaller ones are zero-padded
     action_dim: int  # largest agent action space (discrete) or action vector (continuous)
-    state_dim: int
+    state_dim: int  # 0: none (no state, and the observations joined would not fit: see probe_env)
     avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's actions or action dimensions
     continuous: bool  # action vectors in the unit box [0, 1]^action_dim (zero-padded) instead of discrete actions
     action_masks: str  # where the env says which actions each agent may take now: "info", "observation", "" (all)
@@ -966,9 +966,11 @@ def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
         length += 1
         if truncated := any(truncations.values()) and not env.agents:
             break
-    if problem is not None:
-        print(f"warning: {problem}; the critic takes the observations joined")
-        spec = spec._replace(has_state=False, state_dim=len(spec.agents) * spec.obs_dim)
+    if problem is not None:  # the critic takes the observations joined where they fit, else each agent's own
+        joined = len(spec.agents) * spec.obs_dim
+        critic = "the observations joined" if joined <= MAX_INPUTS else f"each agent's own ({joined:,} numbers joined)"
+        print(f"warning: {problem}; the critic takes {critic}")
+        spec = spec._replace(has_state=False, state_dim=joined if joined <= MAX_INPUTS else 0)
     unwrapped = getattr(env, "unwrapped", env)  # a class with PettingZoo's methods need not have it
     kept = [n for name in TIME_LIMITS if isinstance(n := getattr(unwrapped, name, None), int) and n > 0]
     return spec._replace(episode_limit=(kept + [length if truncated else 0])[0])
@@ -977,6 +979,8 @@ def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
 def env_state(spec: EnvSpec, env, obs: np.ndarray | None) -> np.ndarray:
     """(state_dim,) float32: env.state() flattened where the spec has a state, else the observations `obs` joined; a
     state() of another size than its state_space, or not finite, is an EnvError."""
+    if not spec.state_dim:  # none (the observations joined do not fit): the critic takes each agent's own
+        return np.zeros(0, dtype=np.float32)
     state = np.asarray(call_env(spec.env_id, env, "state") if spec.has_state else obs, dtype=np.float32).ravel()
     if state.size != spec.state_dim:
         raise EnvError(

@@ -325,8 +325,8 @@ class MultiAgentTransformer(nn.Module):
         if spec.continuous:  # the mean starts near 0.5, the centre of the box, the std at sigmoid(2) = 0.88
             self.std_logit = nn.Parameter(torch.full((spec.action_dim,), 2.0))
         # mappo_mpe.py's EP critic: one pass per env on the shared state, one value head per agent (agents' returns
-        # differ without --team-reward)
-        self.critic = mlp_net(spec.state_dim, n_agents, 1.0, args)
+        # differ without --team-reward); where the env has none (state_dim 0), its local one on each agent's input
+        self.critic = mlp_net(spec.state_dim or in_dim, n_agents if spec.state_dim else 1, 1.0, args)
 
     def agent_inputs(self, obs: torch.Tensor, agent_order: torch.Tensor | None) -> torch.Tensor:
         """Observations (entities nearest first with --sort-entities) in sequence order with the one-hot id of the
@@ -342,7 +342,10 @@ class MultiAgentTransformer(nn.Module):
         return self.encoder_blocks(self.obs_encoder(x))
 
     def get_value(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-        """(B, n_agents) values, normalized when ValueNorm is on, from the state (B, state_dim) alone (`obs` unused)."""
+        """(B, n_agents) values, normalized when ValueNorm is on, from the state (B, state_dim), else (state_dim 0) from
+        each agent's observation (B, n_agents, obs_dim)."""
+        if not state.shape[-1]:  # no state: from each agent's own observation and id
+            return self.critic(self.agent_inputs(obs, None)).flatten(1)
         if self.entities:  # spread's state joins the agents' observations: sort each one's part
             state = sort_entities(state.unflatten(-1, (len(self.agent_ids), -1)), self.entities).flatten(-2)
         return self.critic(state)
@@ -872,7 +875,7 @@ class EnvSpec(NamedTuple):
     agents: list[str]
     obs_dim: int  # largest agent observation, flattened; smaller ones are zero-padded
     action_dim: int  # largest agent action space (discrete) or action vector (continuous)
-    state_dim: int
+    state_dim: int  # 0: none (no state, and the observations joined would not fit: see probe_env)
     avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's actions or action dimensions
     continuous: bool  # action vectors in the unit box [0, 1]^action_dim (zero-padded) instead of discrete actions
     action_masks: str  # where the env says which actions each agent may take now: "info", "observation", "" (all)
@@ -1003,9 +1006,11 @@ def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
         length += 1
         if truncated := any(truncations.values()) and not env.agents:
             break
-    if problem is not None:
-        print(f"warning: {problem}; the critic takes the observations joined")
-        spec = spec._replace(has_state=False, state_dim=len(spec.agents) * spec.obs_dim)
+    if problem is not None:  # the critic takes the observations joined where they fit, else each agent's own
+        joined = len(spec.agents) * spec.obs_dim
+        critic = "the observations joined" if joined <= MAX_INPUTS else f"each agent's own ({joined:,} numbers joined)"
+        print(f"warning: {problem}; the critic takes {critic}")
+        spec = spec._replace(has_state=False, state_dim=joined if joined <= MAX_INPUTS else 0)
     unwrapped = getattr(env, "unwrapped", env)  # a class with PettingZoo's methods need not have it
     kept = [n for name in TIME_LIMITS if isinstance(n := getattr(unwrapped, name, None), int) and n > 0]
     return spec._replace(episode_limit=(kept + [length if truncated else 0])[0])
@@ -1014,6 +1019,8 @@ def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
 def env_state(spec: EnvSpec, env, obs: np.ndarray | None) -> np.ndarray:
     """(state_dim,) float32: env.state() flattened where the spec has a state, else the observations `obs` joined; a
     state() of another size than its state_space, or not finite, is an EnvError."""
+    if not spec.state_dim:  # none (the observations joined do not fit): the critic takes each agent's own
+        return np.zeros(0, dtype=np.float32)
     state = np.asarray(call_env(spec.env_id, env, "state") if spec.has_state else obs, dtype=np.float32).ravel()
     if state.size != spec.state_dim:
         raise EnvError(

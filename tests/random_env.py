@@ -2,7 +2,8 @@
 check (`python benchmark.py random-envs`, `random_env_configs` there) and the tests: each observation and action kind
 the README names and those it refuses, action masks in both places, state kinds, episode kinds, deaths and faults.
 
-- `n_agents`; `obs`: "box" (3 numbers), "box2d" ((2, 3)), "sizes" (agent i: 2 + i numbers), "discrete" (Discrete(4)),
+- `n_agents`; `obs`: "box" (3 numbers), "box2d" ((2, 3)), "sizes" (agent i: 2 + i numbers), "long" (1,500
+  numbers: three agents' joined exceed the scripts' 4,096), "discrete" (Discrete(4)),
   "multidiscrete" ([3, 2]), "multibinary" (3), and refused: "image" ((64, 64, 3)), "tuple"; `wide_obs`: agent 0
   observes one number more than its space (with "sizes", within the padding of the larger agents);
 - `action`: "discrete" (agent i: Discrete(2 + i, start=`action_start`)), "box" (Box(-2, 2, (1 + i,))), and refused:
@@ -28,6 +29,7 @@ OBS_SPACES = {
     "box": lambda i: spaces.Box(-1.0, 1.0, (3,), np.float32),
     "box2d": lambda i: spaces.Box(-1.0, 1.0, (2, 3), np.float32),
     "sizes": lambda i: spaces.Box(-1.0, 1.0, (2 + i,), np.float32),
+    "long": lambda i: spaces.Box(-1.0, 1.0, (1500,), np.float32),
     "discrete": lambda i: spaces.Discrete(4),
     "multidiscrete": lambda i: spaces.MultiDiscrete([3, 2]),
     "multibinary": lambda i: spaces.MultiBinary(3),

@@ -217,16 +217,18 @@ def test_a_nearest_k_policy_plays_another_team_size_in_test_mode(tmp_path, run_s
 # ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("state_type,critic_features", [("EP", 54), ("FP", 54 + 3), ("AS", 54 + 18 + 3)])
+@pytest.mark.parametrize(
+    "state_type,critic_features", [("EP", 54), ("FP", 54 + 3), ("AS", 54 + 18 + 3), ("local", 18 + 3)]
+)
 def test_critic_input_and_value_shapes(state_type, critic_features):
     spec = env_spec()
     agent = m.Agent(spec, m.Args(state_type=state_type))
     obs, state = torch.randn(5, 3, 18), torch.randn(5, 54)
     x = agent.critic_input(obs, state)
     assert x.shape == ((5, 1, critic_features) if state_type == "EP" else (5, 3, critic_features))
-    if state_type == "AS":
-        torch.testing.assert_close(x[:, 1, 54:72], obs[:, 1])
-        torch.testing.assert_close(x[:, 1, 72:], torch.tensor([0.0, 1.0, 0.0]).expand(5, 3))
+    if state_type in ("AS", "local"):  # AS: the state, then what local takes: the agent's own observation and id
+        torch.testing.assert_close(x[:, 1, -21:-3], obs[:, 1])
+        torch.testing.assert_close(x[:, 1, -3:], torch.tensor([0.0, 1.0, 0.0]).expand(5, 3))
     assert agent.get_value(obs, state).shape == (5, 3)
 
 

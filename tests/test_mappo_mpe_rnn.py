@@ -118,7 +118,7 @@ def test_gru_init_is_orthogonal_with_zero_biases():
 def test_shapes(env_id):
     spec = env_spec(env_id)
     n_agents = len(spec.agents)
-    for state_type, critic_rows in [("EP", 1), ("AS", n_agents)]:
+    for state_type, critic_rows in [("EP", 1), ("AS", n_agents), ("local", n_agents)]:
         agent = m.Agent(spec, m.Args(env_id=env_id, state_type=state_type, separate_actors=state_type == "AS"))
         actor_hidden, critic_hidden = agent.initial_hidden(4)
         assert actor_hidden.shape == (4, n_agents, 64) and critic_hidden.shape == (4, critic_rows, 64)

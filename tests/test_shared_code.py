@@ -185,7 +185,8 @@ def test_what_is_not_a_parallel_env_is_one_error_line_and_a_class_with_its_metho
 def test_a_state_that_fails_with_every_agent_playing_is_a_fault_and_its_size_is_checked(script, monkeypatch, capsys):
     """state() raising at the first reset (every agent in the episode) is a fault of the env, one error line, as its
     README says, not a fallback; a state of another size than its state_space is one too, at the probe or in training;
-    a state_space of more numbers than the networks take is not used, and the warning says so."""
+    a state_space of more numbers than the networks take is not used, and the warning says what the critic takes
+    instead: here, where the observations joined do not fit either, each agent's own (no state)."""
     module = importlib.import_module(script)
     with pytest.raises(module.EnvError, match=r"^--env-id tests.faulty_env: its state\(\) raised RuntimeError\('state"):
         module.get_env_spec("tests.faulty_env", {"fail": "state"})
@@ -196,11 +197,12 @@ def test_a_state_that_fails_with_every_agent_playing_is_a_fault_and_its_size_is_
     spec = module.get_env_spec("tests.faulty_env", {})
     with pytest.raises(module.EnvError, match=r"its state\(\) has 4 numbers, its state_space 3$"):
         module.PettingZooEnv(spec._replace(state_dim=3)).reset()
-    monkeypatch.setattr(module, "MAX_INPUTS", 3)
-    assert not module.get_env_spec("tests.faulty_env", {}).has_state
+    monkeypatch.setattr(module, "MAX_INPUTS", 3)  # a state_space of 4 numbers, two observations of 2 each
+    spec = module.get_env_spec("tests.faulty_env", {})
+    assert not spec.has_state and spec.state_dim == 0
     assert capsys.readouterr().out == (
-        "warning: --env-id tests.faulty_env: it has no Box state_space of at most 3 numbers; the critic takes the "
-        "observations joined\n"
+        "warning: --env-id tests.faulty_env: it has no Box state_space of at most 3 numbers; the critic takes each "
+        "agent's own (4 numbers joined)\n"
     )
 
 
@@ -326,6 +328,25 @@ def test_what_the_random_env_check_found_is_one_error_line_or_a_clean_run(case, 
     else:
         assert run.returncode == 0 and run.stderr == "", run.stderr[-2000:]
         assert "action masks in its step() infos only: all actions allowed at a reset" in run.stdout
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_without_a_state_that_fits_the_critic_takes_each_agents_own_observation(script, tmp_path):
+    """Three agents of 1,500 numbers each and no state: the observations joined (4,500) would exceed the 4,096 inputs
+    the networks take, so the spec has none (one warning line) and every critic takes each agent's own observation
+    (and id): a run with deaths trains to its end, and no layer has more inputs than one agent's (1,500 + 3)."""
+    kwargs = "obs long n_agents 3 death_chance 0.05 limit 20"
+    flags = ["--env-id", "tests.random_env:RandomEnv", "--env-kwargs", *kwargs.split(), "--n-rollout-threads", "2"]
+    flags += ["--total-timesteps", "200", "--episode-length", "20", "--n-eval-episodes", "2", "--ppo-epoch", "1"]
+    run = subprocess.run([sys.executable, os.path.join(ROOT, f"{script}.py"), *flags], cwd=tmp_path, **CAPTURE)
+    assert run.returncode == 0 and run.stderr == "", run.stderr[-2000:]
+    warning = "no Box state_space of at most 4096 numbers; the critic takes each agent's own (4,500 numbers joined)"
+    assert warning in run.stdout.splitlines()[0]
+    (checkpoint,) = tmp_path.glob("runs/*/checkpoint.pt")
+    weights = torch.load(checkpoint, weights_only=True)["agent"]
+    assert max(w.shape[-1] for w in weights.values() if w.dim() == 2) == 1503
+    critic = [w for name, w in weights.items() if name.startswith("critic") and w.dim() == 2]
+    assert not critic or critic[0].shape[-1] == 1503  # the MLP critics' first layer (MAT's is its encoder)
 
 
 def test_the_wrapper_of_envs_md_trains_on_level_based_foraging(tmp_path):
