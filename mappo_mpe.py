@@ -865,7 +865,7 @@ def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
             break
     if problem is not None:  # the critic takes the observations joined where they fit, else each agent's own
         joined = len(spec.agents) * spec.obs_dim
-        critic = "the observations joined" if joined <= MAX_INPUTS else f"each agent's own ({joined:,} numbers joined)"
+        critic = "the observations joined" if joined <= MAX_INPUTS else f"each agent's observation ({joined:,} joined)"
         print(f"warning: {problem}; the critic takes {critic}")
         spec = spec._replace(has_state=False, state_dim=joined if joined <= MAX_INPUTS else 0)
     unwrapped = getattr(env, "unwrapped", env)  # a class with PettingZoo's methods need not have it
@@ -1322,7 +1322,7 @@ def restore(checkpoint: dict, agent: nn.Module, value_norm, optimizer, path: str
         value_norm.load_state_dict(checkpoint["value_norm"])
         optimizer.load_state_dict(checkpoint["optimizer"])
     except (RuntimeError, ValueError, KeyError) as e:
-        raise SystemExit(f"error: checkpoint {path} does not fit this model: {str(e).splitlines()[0]}") from None
+        raise SystemExit(f"error: checkpoint {path} does not fit this model: {' '.join(str(e).split()[:40])}") from None
 
 
 # Flags that steer a run without changing what it learns: a resumed run may set them anew.
@@ -1450,8 +1450,10 @@ def memory_estimate(spec: EnvSpec, args: Args) -> int:
     grow with the agent-steps of a rollout, by floats per agent-step fitted to measured peaks (docs/speed.md)."""
     n_agents = len(spec.agents)
     inputs = spec.obs_dim + spec.state_dim / n_agents  # floats of observation and state stored per agent-step
-    rows = 1 if args.state_type == "EP" else n_agents  # critic rows per env: FP and AS add the id, AS the obs
-    extra = rows * (spec.state_dim + (rows > 1) * n_agents + (args.state_type == "AS") * spec.obs_dim) - spec.state_dim
+    state_type = args.state_type if spec.state_dim else "local"  # as `Agent` takes it
+    rows = 1 if state_type == "EP" else n_agents  # critic rows per env: FP, AS, local add the id, AS and local the obs
+    own = (state_type in ("AS", "local")) * spec.obs_dim - (state_type == "local") * spec.state_dim
+    extra = rows * (spec.state_dim + (rows > 1) * n_agents + own) - spec.state_dim
     critic = (3 * extra + 2 * args.hidden_size * (rows - 1)) / n_agents  # more inputs and activations than EP's
     per_agent_step = 4 * inputs + critic + 2 * args.hidden_size + (2 * args.hidden_size + 250) / args.num_mini_batch
     return int(4 * args.episode_length * args.n_rollout_threads * n_agents * per_agent_step)

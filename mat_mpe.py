@@ -968,7 +968,7 @@ def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
             break
     if problem is not None:  # the critic takes the observations joined where they fit, else each agent's own
         joined = len(spec.agents) * spec.obs_dim
-        critic = "the observations joined" if joined <= MAX_INPUTS else f"each agent's own ({joined:,} numbers joined)"
+        critic = "the observations joined" if joined <= MAX_INPUTS else f"each agent's observation ({joined:,} joined)"
         print(f"warning: {problem}; the critic takes {critic}")
         spec = spec._replace(has_state=False, state_dim=joined if joined <= MAX_INPUTS else 0)
     unwrapped = getattr(env, "unwrapped", env)  # a class with PettingZoo's methods need not have it
@@ -1425,7 +1425,7 @@ def restore(checkpoint: dict, agent: nn.Module, value_norm, optimizer, path: str
         value_norm.load_state_dict(checkpoint["value_norm"])
         optimizer.load_state_dict(checkpoint["optimizer"])
     except (RuntimeError, ValueError, KeyError) as e:
-        raise SystemExit(f"error: checkpoint {path} does not fit this model: {str(e).splitlines()[0]}") from None
+        raise SystemExit(f"error: checkpoint {path} does not fit this model: {' '.join(str(e).split()[:40])}") from None
 
 
 # Flags that steer a run without changing what it learns: a resumed run may set them anew.

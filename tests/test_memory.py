@@ -14,10 +14,11 @@ sys.path.insert(0, ROOT)
 
 SCRIPTS = ["mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"]
 # script, flags and envs for about 400 MiB of estimate: enough to dwarf the fixed costs, small enough to be quick;
-# the critic's per-agent rows (FP, AS) with 10 agents, where they weigh most, as well as each script's defaults
+# the critic's per-agent rows (FP, AS, local) with 10 agents, where they weigh most, as well as each script's defaults
 CASES = [(script, [], envs) for script, envs in zip(SCRIPTS, (2010, 1010, 510, 510))] + [
     ("mappo_mpe", ["--n-agents", "10", "--state-type", "AS"], 150),
     ("mappo_mpe", ["--n-agents", "10", "--state-type", "FP"], 160),
+    ("mappo_mpe", ["--n-agents", "10", "--state-type", "local"], 200),
     ("mappo_mpe_rnn", ["--n-agents", "10", "--state-type", "FP"], 100),
     ("mappo_mpe_rnn", ["--state-type", "AS"], 600),
 ]

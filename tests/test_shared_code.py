@@ -202,7 +202,7 @@ def test_a_state_that_fails_with_every_agent_playing_is_a_fault_and_its_size_is_
     assert not spec.has_state and spec.state_dim == 0
     assert capsys.readouterr().out == (
         "warning: --env-id tests.faulty_env: it has no Box state_space of at most 3 numbers; the critic takes each "
-        "agent's own (4 numbers joined)\n"
+        "agent's observation (4 joined)\n"
     )
 
 
@@ -340,7 +340,7 @@ def test_without_a_state_that_fits_the_critic_takes_each_agents_own_observation(
     flags += ["--total-timesteps", "200", "--episode-length", "20", "--n-eval-episodes", "2", "--ppo-epoch", "1"]
     run = subprocess.run([sys.executable, os.path.join(ROOT, f"{script}.py"), *flags], cwd=tmp_path, **CAPTURE)
     assert run.returncode == 0 and run.stderr == "", run.stderr[-2000:]
-    warning = "no Box state_space of at most 4096 numbers; the critic takes each agent's own (4,500 numbers joined)"
+    warning = "no Box state_space of at most 4096 numbers; the critic takes each agent's observation (4,500 joined)"
     assert warning in run.stdout.splitlines()[0]
     (checkpoint,) = tmp_path.glob("runs/*/checkpoint.pt")
     weights = torch.load(checkpoint, weights_only=True)["agent"]
