@@ -100,8 +100,7 @@ class Hyperparameters:
     use_agent_id: bool = True
     """if toggled, the actor sees a one-hot agent id after its observation"""
     state_type: Literal["EP", "FP", "AS", "local"] = "EP"
-    """critic input: EP env.state() once per env; FP state + agent id; AS state + own obs + agent id; local own obs
-    + agent id (decentralized, the official --use_centralized_V False; taken where an env has no state that fits)"""
+    """critic input: EP env.state() once per env; FP state + id; AS state + own obs + id; local own obs + id"""
     separate_actors: bool = False
     """if toggled, every agent has its own actor parameters (the critic stays shared)"""
     team_reward: bool = True
@@ -876,9 +875,8 @@ def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
 def env_state(spec: EnvSpec, env, obs: np.ndarray | None) -> np.ndarray:
     """(state_dim,) float32: env.state() flattened where the spec has a state, else the observations `obs` joined; a
     state() of another size than its state_space, or not finite, is an EnvError."""
-    if not spec.state_dim:  # none (the observations joined do not fit): the critic takes each agent's own
-        return np.zeros(0, dtype=np.float32)
-    state = np.asarray(call_env(spec.env_id, env, "state") if spec.has_state else obs, dtype=np.float32).ravel()
+    joined = obs if spec.state_dim else ()  # none where the observations joined do not fit (state_dim 0)
+    state = np.asarray(call_env(spec.env_id, env, "state") if spec.has_state else joined, dtype=np.float32).ravel()
     if state.size != spec.state_dim:
         raise EnvError(
             f"--env-id {spec.env_id}: its state() has {state.size} numbers, its state_space {spec.state_dim}"

@@ -342,8 +342,7 @@ class MultiAgentTransformer(nn.Module):
         return self.encoder_blocks(self.obs_encoder(x))
 
     def get_value(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-        """(B, n_agents) values, normalized when ValueNorm is on, from the state (B, state_dim), else (state_dim 0) from
-        each agent's observation (B, n_agents, obs_dim)."""
+        """(B, n_agents) values (normalized with ValueNorm on) from the state (B, state_dim), or each agent's input."""
         if not state.shape[-1]:  # no state: from each agent's own observation and id
             return self.critic(self.agent_inputs(obs, None)).flatten(1)
         if self.entities:  # spread's state joins the agents' observations: sort each one's part
@@ -1019,9 +1018,8 @@ def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
 def env_state(spec: EnvSpec, env, obs: np.ndarray | None) -> np.ndarray:
     """(state_dim,) float32: env.state() flattened where the spec has a state, else the observations `obs` joined; a
     state() of another size than its state_space, or not finite, is an EnvError."""
-    if not spec.state_dim:  # none (the observations joined do not fit): the critic takes each agent's own
-        return np.zeros(0, dtype=np.float32)
-    state = np.asarray(call_env(spec.env_id, env, "state") if spec.has_state else obs, dtype=np.float32).ravel()
+    joined = obs if spec.state_dim else ()  # none where the observations joined do not fit (state_dim 0)
+    state = np.asarray(call_env(spec.env_id, env, "state") if spec.has_state else joined, dtype=np.float32).ravel()
     if state.size != spec.state_dim:
         raise EnvError(
             f"--env-id {spec.env_id}: its state() has {state.size} numbers, its state_space {spec.state_dim}"
