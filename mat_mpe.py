@@ -680,7 +680,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
     return tyro.cli(Args, args=argv, default=dataclasses.replace(Args(), **settings))
 
 
-class TrainingRun:
+class TrainingRun(contextlib.AbstractContextManager):
     """Everything a training run does besides learning, entered and left from `main`: torch set up, the env read and its
     envs made, the discount where none is given, the run folder and TensorBoard (and wandb), a resume, Ctrl-C and
     SIGTERM (the loop stops at the end of its iteration; a second signal acts at once), evaluations and the best model,
@@ -721,9 +721,6 @@ class TrainingRun:
         self.writer = start_logging(self.run_dir, args, checkpoint and checkpoint["global_step"])
         self.signal, stops = None, (signal.SIGINT, signal.SIGTERM)
         self.handlers = {s: signal.signal(s, self.request_stop) for s in stops}
-
-    def __enter__(self) -> TrainingRun:
-        return self
 
     def request_stop(self, signum: int | None, frame=None):
         """A stop at the end of the iteration; the previous handlers come back, so that a second signal acts at once."""
@@ -781,8 +778,7 @@ class TrainingRun:
             ended_sum += (running * ended[:, None]).sum(dim=0)
             count += ended.sum()
             running *= ~ended[:, None]
-        count = int(count)
-        return (ended_sum / max(count, 1)).cpu().numpy() if count else None
+        return (ended_sum / count).cpu().numpy() if (count := int(count)) else None
 
     def evaluate(self):
         """The policy evaluated, the best model kept; one a stop request cut short is none (due again on a resume)."""
@@ -981,10 +977,8 @@ def env_state(spec: EnvSpec, env, obs: np.ndarray | None) -> np.ndarray:
     state() of another size than its state_space, or not finite, is an EnvError."""
     joined = obs if spec.state_dim else ()  # none where the observations joined do not fit (state_dim 0)
     state = np.asarray(call_env(spec.env_id, env, "state") if spec.has_state else joined, dtype=np.float32).ravel()
-    if state.size != spec.state_dim:
-        raise EnvError(
-            f"--env-id {spec.env_id}: its state() has {state.size} numbers, its state_space {spec.state_dim}"
-        )
+    if (size := state.size) != spec.state_dim:
+        raise EnvError(f"--env-id {spec.env_id}: its state() has {size} numbers, its state_space {spec.state_dim}")
     if spec.has_state and not np.isfinite(state).all():  # (joined observations are checked as observations)
         raise EnvError(f"--env-id {spec.env_id}: its state() returned a NaN or infinity")
     return state
