@@ -702,8 +702,7 @@ class TrainingRun(contextlib.AbstractContextManager):
             args = dataclasses.replace(args, gamma=round(min(max(1 - 4 / (spec.episode_limit or 400), 0.9), 0.99), 3))
             print(f"gamma {args.gamma}, from the env's time limit: {spec.episode_limit or 'none in 400'} steps")
         if not spec.episode_limit or spec.episode_limit > args.eval_max_steps:  # a continuing task, say
-            limit = args.eval_max_steps
-            print(f"--eval-max-steps: evaluation episodes end after {limit:,} steps unless the env ends them")
+            print(f"--eval-max-steps: evaluation episodes end after {args.eval_max_steps:,} steps if not before")
         if checkpoint is not None:
             check_resume(args, checkpoint)
         self.args, n_envs, self.batch = args, args.n_rollout_threads, args.episode_length * args.n_rollout_threads
@@ -820,8 +819,7 @@ class TrainingRun(contextlib.AbstractContextManager):
             print(f"{how}; {summary}; to go on, add {resume}")
             raise SystemExit(128 + self.signal)
         print(summary)
-        self.summary = dict(run_name=os.path.basename(run_dir), losses=self.losses, best_eval=progress.best_eval)
-        self.summary["global_step"] = progress.global_step
+        self.summary = dict(run_name=os.path.basename(run_dir), losses=self.losses) | dataclasses.asdict(progress)
 
 
 MAX_INPUTS = 4096  # numbers in an observation or state the networks take, flattened: more is an image, for a CNN
@@ -856,8 +854,7 @@ def scenario_kwargs(args: Args) -> dict:
 def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
     """The PettingZoo parallel env: mpe2's for an MPE scenario, else what `env_id` names makes it (a module's
     `parallel_env`, a class or a function); `render_mode` only for a video. One not made is one error line."""
-    if render_mode is not None:
-        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # render headless
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # a video renders headless
     module, rendering = f"mpe2.{env_id}" if env_id in MPE_SCENARIOS else env_id, {"render_mode": render_mode}
     try:
         maker = import_path(module)
