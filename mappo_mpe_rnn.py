@@ -1196,6 +1196,7 @@ class PettingZooEnv(gymnasium.Env):
         self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (n_agents, spec.obs_dim), np.float32)
         spaces = [self.env.observation_space(agent) for agent in spec.agents]  # of what the networks take
         self.obs_spaces = [s["observation"] for s in spaces] if spec.action_masks == "observation" else spaces
+        self.obs_sizes = [gymnasium.spaces.flatdim(s) for s in self.obs_spaces]
         self.action_space = gymnasium.spaces.MultiDiscrete([spec.action_dim] * n_agents)
         if spec.continuous:  # the policy acts in the unit box, mapped to each agent's bounds by `env_action`
             self.action_space = gymnasium.spaces.Box(0.0, 1.0, (n_agents, spec.action_dim), np.float32)
@@ -1212,11 +1213,14 @@ class PettingZooEnv(gymnasium.Env):
         obs = np.zeros(self.observation_space.shape, dtype=np.float32)
         if self.env_spec.action_masks == "observation":  # Dict observations: what the networks take
             observations = {agent: own["observation"] for agent, own in observations.items()}
-        for i, (agent, space) in enumerate(zip(self.env_spec.agents, self.obs_spaces)):
+        for i, (agent, space, size) in enumerate(zip(self.env_spec.agents, self.obs_spaces, self.obs_sizes)):
             if agent in observations:  # flattened as gymnasium does (a Discrete observation one-hot), where it fits
-                fits = isinstance(space, gymnasium.spaces.Box) or space.contains(observations[agent])  # not NaN, say
-                flat = gymnasium.spaces.flatten(space, observations[agent]) if fits else ()
-                if len(flat) != (size := gymnasium.spaces.flatdim(space)):  # also one that fits another's padding
+                own = observations[agent]
+                if isinstance(space, gymnasium.spaces.Box):  # as gymnasium's flatten, without its dispatch: 5x faster
+                    flat = np.asarray(own, space.dtype).ravel()
+                else:
+                    flat = gymnasium.spaces.flatten(space, own) if space.contains(own) else ()  # not NaN, say
+                if len(flat) != size:  # also one that fits another's padding
                     raise EnvError(f"--env-id {self.env_id}: an observation of {agent} does not fit its {space}")
                 obs[i, :size] = flat
         return obs
@@ -1242,9 +1246,9 @@ class PettingZooEnv(gymnasium.Env):
             truncated=np.array([truncations.get(a, False) for a in agents]),
             last_obs=self.stack(observations),
         )
-        if self.env.agents:
-            self.alive = np.isin(agents, self.env.agents)
-            obs = np.where(self.alive[:, None], info["last_obs"], np.float32(0))  # zeros for those who left
+        if live := set(self.env.agents):  # (np.isin on 495 names takes a millisecond; with a set, 30 microseconds)
+            self.alive, last_obs = np.array([agent in live for agent in agents]), info["last_obs"]
+            obs = last_obs if self.alive.all() else np.where(self.alive[:, None], last_obs, np.float32(0))  # 0: left
             try:
                 state = self.last_state = env_state(self.env_spec, self.env, obs)
             except EnvError as e:  # failing once an agent left, where the start-up probe saw no agent leave

@@ -1255,6 +1255,27 @@ def test_discrete_observations_are_one_hot_and_count_so_against_the_size_limit(m
         m.get_env_spec("pettingzoo.classic.rps_v2", {})
 
 
+@pytest.mark.parametrize("obs", ["box", "box2d", "sizes", "discrete", "multidiscrete", "multibinary", "int box"])
+def test_stack_flattens_each_observation_as_gymnasium_does(obs):
+    """`PettingZooEnv.stack` flattens a Box without gymnasium's dispatch (5x faster at 495 agents): each row equals
+    gymnasium's flatten, also where a Box of integers takes floats (cast to its dtype first); an absent agent's row is
+    zeros."""
+    spec = m.get_env_spec("tests.random_env", {"n_agents": 3, "obs": "box" if obs == "int box" else obs})
+    env = m.PettingZooEnv(spec)
+    if obs == "int box":
+        env.obs_spaces = [gymnasium.spaces.Box(-3, 3, (3,), np.int64)] * 3
+    observations = {
+        a: space.sample() * (1.7 if obs == "int box" else 1) for a, space in zip(spec.agents, env.obs_spaces)
+    }
+    del observations["agent_1"]
+    expected = np.zeros((3, spec.obs_dim), np.float32)
+    for i, (agent, space) in enumerate(zip(spec.agents, env.obs_spaces)):
+        flat = gymnasium.spaces.flatten(space, observations[agent]) if agent in observations else []
+        expected[i, : len(flat)] = flat
+    assert np.abs(expected).sum() > 0
+    np.testing.assert_array_equal(env.stack(observations), expected)
+
+
 def test_a_sampled_evaluation_draws_from_a_generator_of_its_own(tmp_path):
     """--eval-sample: evaluations sample the policy's actions (other returns than the greedy ones on spread), the same
     draws each time (its own generator, seeded alike), and training's generator is left as it was."""
