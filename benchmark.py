@@ -64,6 +64,9 @@ PANEL_ENVS = {  # envs nobody tuned for (docs/panel.md); arena and tutorial are 
     "lbf8-2s": "--env-id epymarl_env --env-kwargs key Foraging-2s-8x8-2p-2f-coop-v3 --eval-sample",
     "lbf10": "--env-id epymarl_env --env-kwargs key Foraging-10x10-3p-3f-v3 --eval-sample",
     "rware-tiny": "--env-id epymarl_env --env-kwargs key rware-tiny-2ag-v2 time_limit 500 --eval-sample",
+    # MAgent2's hundreds of agents (issue 100): gather's 495 share one team; battle's two teams of 81 one policy
+    "gather": "--env-id magent2.environments.gather_v5",
+    "battle": "--env-id magent2.environments.battle_v4 --no-team-reward",
 }
 # The settings screen of `sweep` (docs/tuning.md), changes from the official spread settings: the discount and the
 # entropy bonus first, then one knob at a time changed from gamma 0.9 (G90), the best of those for MAPPO
