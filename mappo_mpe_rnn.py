@@ -1527,16 +1527,16 @@ def memory_estimate(spec: EnvSpec, args: Args) -> int:
 
 def check_memory(spec: EnvSpec, args: Args, device: torch.device):
     """Refuses a run that would not fit in the free memory (the GPU's, or MemAvailable on Linux) before it starts,
-    where the kernel would kill it midway without a word."""
+    where the kernel would kill it midway without a word; its tensors and a fifth more, the allocator's slack."""
     if device.type == "cuda":
         free = torch.cuda.mem_get_info(device)[0]
     elif os.path.exists("/proc/meminfo"):
         free = 1024 * int(next(line for line in open("/proc/meminfo") if line.startswith("MemAvailable")).split()[1])
     else:
         return
-    if (need := memory_estimate(spec, args)) > free:
+    if (need := 1.2 * memory_estimate(spec, args)) > free:
         raise SystemExit(
-            f"error: this run needs about {need / 2**30:.1f} GiB (rollout buffer and update), more than the "
+            f"error: this run needs about {need / 2**30:.1f} GiB (rollout buffer, update, allocator), more than the "
             f"{free / 2**30:.1f} GiB free on {device.type}; use fewer --n-rollout-threads or more --num-mini-batch"
         )
 

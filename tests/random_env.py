@@ -6,7 +6,8 @@ the README names and those it refuses, action masks in both places, state kinds,
   numbers: three agents' joined exceed the scripts' 4,096), "discrete" (Discrete(4)),
   "multidiscrete" ([3, 2]), "multibinary" (3), and refused: "image" ((64, 64, 3)), "tuple"; `wide_obs`: agent 0
   observes one number more than its space (with "sizes", within the padding of the larger agents);
-- `action`: "discrete" (agent i: Discrete(2 + i, start=`action_start`)), "box" (Box(-2, 2, (1 + i,))), and refused:
+- `action`: "discrete" (agent i: Discrete(2 + i, start=`action_start`)), "discrete3" (every agent Discrete(3): many
+  agents without many actions), "box" (Box(-2, 2, (1 + i,))), and refused:
   "box_unbounded" (-inf to inf), "box_half" (-inf to 1), "multidiscrete", "mixed" (agent 0 Discrete, the rest Box);
 - `masks`: "", "info" or "observation" (a Dict observation), each step a random half of the moves but the first
   allowed, as `mask_dtype`; `masks_at_reset` False leaves them out of reset's infos; a forbidden action raises
@@ -80,6 +81,7 @@ class RandomEnv(ParallelEnv):
         kind = {"mixed": "discrete" if i == 0 else "box"}.get(self.action, self.action)
         return {
             "discrete": lambda: spaces.Discrete(2 + i, start=self.action_start),
+            "discrete3": lambda: spaces.Discrete(3),
             "box": lambda: spaces.Box(-2.0, 2.0, (1 + i,), np.float32),
             "box_unbounded": lambda: spaces.Box(-np.inf, np.inf, (1 + i,), np.float32),
             "box_half": lambda: spaces.Box(-np.inf, 1.0, (1 + i,), np.float32),
