@@ -179,8 +179,7 @@ class Attention(nn.Module):
 class EncodeBlock(nn.Module):
     def __init__(self, n_embd: int, n_head: int):
         super().__init__()
-        self.attn = Attention(n_embd, n_head, causal=False)
-        self.mlp = feed_forward(n_embd)
+        self.attn, self.mlp = Attention(n_embd, n_head, causal=False), feed_forward(n_embd)
         self.ln1, self.ln2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -194,8 +193,7 @@ class DecodeBlock(nn.Module):
 
     def __init__(self, n_embd: int, n_head: int):
         super().__init__()
-        self.self_attn = Attention(n_embd, n_head, causal=True)
-        self.obs_attn = Attention(n_embd, n_head, causal=True)
+        self.self_attn, self.obs_attn = (Attention(n_embd, n_head, causal=True) for _ in range(2))
         self.mlp = feed_forward(n_embd)
         self.ln1, self.ln2, self.ln3 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
 
@@ -1550,7 +1548,7 @@ def memory_estimate(spec: EnvSpec, args: Args) -> int:
     n_agents = len(spec.agents)
     inputs = spec.obs_dim + spec.state_dim / n_agents  # floats of observation and state stored per agent-step
     per_agent_step = 4 * inputs + args.n_embd * (8 + 14 * args.n_block + (8 + 12 * args.n_block) / args.num_mini_batch)
-    per_agent_step += 2 * n_agents  # the encoder's input: each observation joined with its agent's one-hot id
+    per_agent_step += 2 * (0 if args.nearest_k else n_agents)  # the encoder's input: the ids joined to the observations
     return int(4 * args.episode_length * args.n_rollout_threads * n_agents * per_agent_step)
 
 

@@ -204,8 +204,7 @@ class Attention(nn.Module):
 class EncodeBlock(nn.Module):
     def __init__(self, n_embd: int, n_head: int):
         super().__init__()
-        self.attn = Attention(n_embd, n_head, causal=False)
-        self.mlp = feed_forward(n_embd)
+        self.attn, self.mlp = Attention(n_embd, n_head, causal=False), feed_forward(n_embd)
         self.ln1, self.ln2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -219,8 +218,7 @@ class DecodeBlock(nn.Module):
 
     def __init__(self, n_embd: int, n_head: int):
         super().__init__()
-        self.self_attn = Attention(n_embd, n_head, causal=True)
-        self.obs_attn = Attention(n_embd, n_head, causal=True)
+        self.self_attn, self.obs_attn = (Attention(n_embd, n_head, causal=True) for _ in range(2))
         self.mlp = feed_forward(n_embd)
         self.ln1, self.ln2, self.ln3 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
 
@@ -1587,8 +1585,10 @@ def memory_estimate(spec: EnvSpec, args: Args) -> int:
     grow with the agent-steps of a rollout, by floats per agent-step fitted to measured peaks (docs/speed.md)."""
     n_agents = len(spec.agents)
     inputs = spec.obs_dim + spec.state_dim / n_agents  # floats of observation and state stored per agent-step
+    ids = 0 if args.nearest_k else n_agents  # one-hot ids joined to the observations (none with --nearest-k)
+    width = len(nearest_columns(spec, args.nearest_k)) if args.nearest_k else spec.obs_dim  # of what the encoder reads
     per_agent_step = 4 * inputs + args.n_embd * (8 + 14 * args.n_block + (8 + 12 * args.n_block) / args.num_mini_batch)
-    per_agent_step += 2 * n_agents + 3 * (spec.obs_dim + n_agents) * (spec.state_dim == 0)  # ids; no state: critic rows
+    per_agent_step += 2 * ids + 3 * (width + ids) * (spec.state_dim == 0)  # no state: the critic reads the same rows
     return int(4 * args.episode_length * args.n_rollout_threads * n_agents * per_agent_step)
 
 

@@ -22,7 +22,7 @@ CASES = [(script, [], envs) for script, envs in zip(SCRIPTS, (2010, 1010, 510, 5
     ("mappo_mpe_rnn", ["--n-agents", "10", "--state-type", "FP"], 100),
     ("mappo_mpe_rnn", ["--state-type", "AS"], 600),
     # no state and a wide observation: mat_mpe_ep_critic.py's critic reads each agent's observation and id
-    ("mat_mpe_ep_critic", "--env-id tests.random_env:RandomEnv --env-kwargs obs long".split(), 130),
+    ("mat_mpe_ep_critic", "--env-id tests.random_env:RandomEnv --env-kwargs obs long n_agents 3".split(), 110),
 ]
 
 # In a fresh process: the growth of the peak resident memory over one iteration of main() with `n_envs` envs, from
