@@ -42,8 +42,10 @@ case "${1:-}" in
     python benchmark.py panel
     python benchmark.py panel --envs lbf8 lbf8-2s lbf10 --budget 2000000
     python benchmark.py panel --envs rware-tiny --scripts mappo mat --budget 2000000
-    # MAgent2's many agents, as far as a CPU allows: about 1.6 env steps/s on gather on our 2-core CPU (docs/envs.md)
-    python benchmark.py panel --envs gather battle --scripts mappo --budget 100000
+    # MAgent2's many agents, one at a time (gather's run holds about 20 GiB), as far as a CPU allows: on our 2-core CPU
+    # battle about 13 env steps/s, gather about 1.6, some 17 hours (docs/envs.md)
+    python benchmark.py panel --envs battle --scripts mappo --budget 100000
+    python benchmark.py panel --envs gather --scripts mappo --budget 100000
     ;;
   speed)  # docs/speed.md: end-to-end SPS next to the env's own rate, the batched env, torch threads, MAT's timings
     for script in mappo rnn mat mat_ep; do python benchmark.py speed --script "$script" --preset official; done
