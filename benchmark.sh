@@ -43,7 +43,7 @@ case "${1:-}" in
     python benchmark.py panel --envs lbf8 lbf8-2s lbf10 --budget 2000000
     python benchmark.py panel --envs rware-tiny --scripts mappo mat --budget 2000000
     # MAgent2's many agents, one at a time (gather's run holds about 20 GiB), as far as a CPU allows: on our 2-core CPU
-    # battle about 13 env steps/s, gather about 1.6, some 17 hours (docs/envs.md)
+    # battle about 13 env steps/s, gather about 2, some 13 hours (docs/panel.md)
     python benchmark.py panel --envs battle --scripts mappo --budget 100000
     python benchmark.py panel --envs gather --scripts mappo --budget 100000
     ;;
