@@ -1448,7 +1448,7 @@ def memory_estimate(spec: EnvSpec, args: Args) -> int:
     own = (state_type in ("AS", "local")) * spec.obs_dim - (state_type == "local") * spec.state_dim
     extra = rows * (spec.state_dim + (rows > 1) * n_agents + own) - spec.state_dim
     critic = (3 * extra + 2 * args.hidden_size * (rows - 1)) / n_agents  # more inputs and activations than EP's
-    per_agent_step = 4 * inputs + critic + 2 * args.hidden_size  # next: a minibatch's, with the actor's ids
+    per_agent_step = 4 * inputs + critic + 2 * args.hidden_size  # then one minibatch's, with the actor's joined ids
     per_agent_step += (2 * args.hidden_size + 250 + 2 * args.use_agent_id * n_agents) / args.num_mini_batch
     return int(4 * args.episode_length * args.n_rollout_threads * n_agents * per_agent_step)
 

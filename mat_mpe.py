@@ -1547,8 +1547,9 @@ def memory_estimate(spec: EnvSpec, args: Args) -> int:
     grow with the agent-steps of a rollout, by floats per agent-step fitted to measured peaks (docs/speed.md)."""
     n_agents = len(spec.agents)
     inputs = spec.obs_dim + spec.state_dim / n_agents  # floats of observation and state stored per agent-step
+    ids = 0 if args.nearest_k else n_agents  # one-hot ids joined to the observations (none with --nearest-k)
     per_agent_step = 4 * inputs + args.n_embd * (8 + 14 * args.n_block + (8 + 12 * args.n_block) / args.num_mini_batch)
-    per_agent_step += 2 * (0 if args.nearest_k else n_agents)  # the encoder's input: the ids joined to the observations
+    per_agent_step += 2 * ids  # the encoder's input and its LayerNorm's output
     return int(4 * args.episode_length * args.n_rollout_threads * n_agents * per_agent_step)
 
 
