@@ -1,14 +1,11 @@
 """The Multi-Agent Transformer (MAT, Wen et al., 2022) with a centralized critic on the environment's state.
 
-`mat_mpe.py` with one change: the values come from `mappo_mpe.py`'s EP critic, an MLP on `env.state()` run
-once per environment with one value head per agent, instead of the encoder's per-agent value head on the
-observations. The encoder-decoder still acts, and is trained by the policy loss and the entropy bonus. The
-official MAT builds a state input but overwrites it with zeros (its maintainers call the state code a leftover,
-MAT issues #8 and #30); this script gives it a real centralized critic.
+`mat_mpe.py` with one change: the values come from `mappo_mpe.py`'s EP critic, an MLP on `env.state()` once per env
+with a value head per agent, instead of the encoder's value head on the observations (the official MAT zeroes its
+state input: MAT issues #8 and #30). The encoder-decoder acts, trained by the policy loss and the entropy bonus.
 
-Read top to bottom: the hyperparameters, networks, value normalization, rollout buffer and GAE, the PPO update and
-`main()`, the training loop. Below the banner, the run's machinery: the other flags, the envs (mpe2 batched in torch,
-any PettingZoo env, mpe2 for evaluation), `TrainingRun` (resume, Ctrl-C, evaluations, checkpoints, logs), test mode.
+Above the banner, the algorithm: hyperparameters, networks, value normalization, rollout buffer and GAE, PPO update and
+`main()`, the training loop. Below it, the run's machinery: the other flags, the envs, resume, evaluation, test mode.
 
     python mat_mpe_ep_critic.py                           # simple_spread_v3, 3 agents, the settings tuned on mpe2
     python mat_mpe_ep_critic.py --preset official         # the official code's settings instead
@@ -48,42 +45,41 @@ class Hyperparameters:
 
     # Environment
     env_id: str = "simple_spread_v3"
-    """an MPE scenario (batched in torch), or the import path of a module with a PettingZoo `parallel_env` (e.g.
-    pettingzoo.sisl.multiwalker_v9, mpe2.simple_spread_v3) or of a ParallelEnv class or function: my_env:MyEnv"""
+    """an MPE scenario, or the import path of a PettingZoo parallel env: a module, class or function (my_env:MyEnv)"""
     n_agents: int = 3
-    """number of agents (and landmarks) in simple_spread_v3; the other scenarios have a fixed team"""
+    """agents (and landmarks) of simple_spread_v3"""
     sort_entities: bool = False
-    """simple_spread_v3 only: the networks get each agent's landmarks and other agents nearest first (sort_entities)"""
+    """spread: the networks see each agent's landmarks and other agents nearest first"""
     nearest_k: int = 0
     """spread: the encoder sees the K nearest landmarks and K - 1 other agents, no id: any N's input; 0: all"""
     max_cycles: int = 25
     """MPE scenarios: steps before an episode is truncated"""
     continuous_actions: bool = False
-    """if toggled, Box(0, 1) actions from a Gaussian policy (an env by import path gets continuous_actions=True)"""
+    """Box(0, 1) actions from a Gaussian policy"""
     n_rollout_threads: int = 32
-    """number of parallel environments"""
+    """parallel environments"""
 
     # Algorithm
     preset: Literal["tuned", "official"] = "tuned"
     """settings per scenario (PRESETS) under the flags given: the best found on mpe2, or the official code's"""
     total_timesteps: int = 2_000_000
-    """total environment steps (each step of one env counts once, whatever the number of agents)"""
+    """environment steps (one step of one env counts once)"""
     episode_length: int = 25
     """steps per environment per rollout"""
     lr: float = 7e-4
-    """learning rate of the transformer (encoder and decoder)"""
+    """learning rate of the encoder and decoder"""
     critic_lr: float = 7e-4
     """learning rate of the critic"""
     linear_lr_decay: bool = False
-    """if toggled, the learning rate decays linearly to 0 over training"""
+    """decay the learning rate linearly to 0"""
     ppo_epoch: int = 0
-    """passes over each rollout; 0: 10 at a discount of 0.99 (long episodes), else 3 (they learn faster: panel.md)"""
+    """passes over each rollout; 0: 10 at a discount of 0.99, else 3"""
     num_mini_batch: int = 1
-    """minibatches per pass; must divide episode_length * n_rollout_threads"""
+    """minibatches per pass"""
     clip: float = 0.05
-    """PPO clipping range of the policy ratio and of the value change (official MAT MPE setting)"""
+    """PPO clipping range of the policy ratio and of the value change"""
     gamma: float = 0.0
-    """discount factor; 0: from the env's episode limit T, clip(1 - 4 / T, 0.9, 0.99) (each preset sets its own)"""
+    """discount factor; 0: clip(1 - 4 / T, 0.9, 0.99) for the env's episode limit T"""
     gae_lambda: float = 0.95
     """lambda of generalized advantage estimation"""
     ent_coef: float = 0.01
@@ -91,37 +87,35 @@ class Hyperparameters:
     vf_coef: float = 1.0
     """coefficient of the value loss"""
     max_grad_norm: float = 10.0
-    """gradient norm clip, applied to the transformer and the critic separately"""
+    """gradient norm clip of the transformer and of the critic"""
     n_block: int = 1
-    """transformer blocks in the encoder and in the decoder"""
+    """transformer blocks of the encoder and of the decoder"""
     n_embd: int = 64
     """width of the token embeddings"""
     n_head: int = 1
     """attention heads; must divide n_embd"""
     hidden_size: int = 64
-    """width of the two hidden layers of the critic"""
+    """width of the critic's hidden layers"""
     activation: Literal["tanh", "relu"] = "tanh"
-    """hidden-layer activation of the critic (tanh, as mappo_mpe.py on spread)"""
+    """the critic's hidden-layer activation"""
     feature_norm: bool = True
-    """if toggled, LayerNorm is applied to the critic's input, the state"""
+    """LayerNorm on the critic's input"""
     use_valuenorm: bool = True
-    """if toggled, the critic learns returns normalized by running statistics (ValueNorm)"""
+    """the critic learns returns normalized by running statistics (ValueNorm)"""
     huber_delta: float = 10.0
-    """delta of the Huber value loss (on normalized returns)"""
+    """delta of the Huber value loss"""
     clipped_value_loss: bool = True
-    """if toggled, the value loss is the larger of the plain and the clipped-prediction loss"""
+    """the value loss is the larger of the plain and the clipped-prediction loss"""
     shuffle_agents: bool = False
-    """if toggled, every env step decodes its agents in a random order, and training scores it in that order (the
-    official code meant to shuffle but never did)"""
+    """decode the agents of every env step in a random order (the official code meant to but never did)"""
     team_reward: bool = True
-    """if toggled, every agent learns the mean of all agents' rewards, to the end of the episode even once it died"""
+    """every agent learns the team's mean reward, to the end of the episode even once it died"""
 
 
 MPE_SCENARIOS = ("simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4")  # batched in torch
-# Settings per scenario that `--preset` lays over the defaults above; flags given on the command line override both.
-# "official": the official MAT's MPE script (train_mpe.sh, one set of settings for every scenario: the defaults, gamma
-# 0.99, with 32 rollout threads instead of 128). "tuned": the best settings measured on mpe2 (docs/tuning.md); on spread
-# the critic needs its raw input and a faster rate than the transformer (mat_mpe_ep_critic.md), which needs 10 passes.
+# Per scenario, laid over the defaults above under the flags given: the official MPE script's (train_mpe.sh, 32 rollout
+# threads for 128), or the best measured on mpe2 (docs/tuning.md, mat_mpe_ep_critic.md); CONTINUOUS_PRESETS too with
+# --continuous-actions.
 PRESETS = {
     "official": dict.fromkeys(MPE_SCENARIOS, {"gamma": 0.99}),
     "tuned": {
@@ -129,11 +123,9 @@ PRESETS = {
             gamma=0.9, lr=1.75e-4, critic_lr=1.4e-3, feature_norm=False, sort_entities=True, ppo_epoch=10
         ),
         "simple_speaker_listener_v4": {"gamma": 0.99, "ppo_epoch": 15},
-        "simple_reference_v3": {"gamma": 0.9, "ppo_epoch": 15, "n_rollout_threads": 128},  # the official batch
+        "simple_reference_v3": {"gamma": 0.9, "ppo_epoch": 15, "n_rollout_threads": 128},
     },
 }
-# With `--continuous-actions`, laid over PRESETS as well (continuous_actions.md): on spread this script learned more
-# with a smaller entropy bonus (measured while the Gaussian's mean was held inside the box, not since).
 CONTINUOUS_PRESETS = {"official": {}, "tuned": {"simple_spread_v3": {"ent_coef": 0.003}}}
 
 
@@ -148,8 +140,7 @@ def layer_init(layer: nn.Linear, gain: float = np.sqrt(2)) -> nn.Linear:
 
 
 def mlp(in_dim: int, args: Args) -> nn.Sequential:
-    """The official MAPPO trunk: [LayerNorm] -> 2 x (Linear, activation, LayerNorm), `hidden_size` wide. Linear
-    layers start orthogonal with the activation's recommended gain (tanh 5/3, relu sqrt(2))."""
+    """The official MAPPO trunk: [LayerNorm] -> 2 x (Linear, activation, LayerNorm), orthogonal init."""
     hidden = args.hidden_size
     act, gain = {"tanh": nn.Tanh, "relu": nn.ReLU}[args.activation], nn.init.calculate_gain(args.activation)
     layers = [nn.LayerNorm(in_dim)] if args.feature_norm else []
@@ -159,7 +150,6 @@ def mlp(in_dim: int, args: Args) -> nn.Sequential:
 
 
 def mlp_net(in_dim: int, out_dim: int, out_gain: float, args: Args) -> nn.Sequential:
-    """The trunk and a linear output layer (gain 0.01 for action logits, 1 for values)."""
     return nn.Sequential(mlp(in_dim, args), layer_init(nn.Linear(args.hidden_size, out_dim), out_gain))
 
 
@@ -230,9 +220,8 @@ class DecodeBlock(nn.Module):
 
 
 class Gaussian(Normal):
-    """Diagonal Gaussian over zero-padded action vectors (..., action_dim), clipped into [0, 1]; dims an agent lacks
-    (`dims` False) add nothing to its summed log-probs and entropies. An action on a face scores the mass beyond it
-    (censored, Fujita and Maeda 2018), so a mean past a face acts without noise. Mean 0.5 + `out`."""
+    """Diagonal Gaussian of mean 0.5 + `out` over zero-padded action vectors, clipped into [0, 1]: an action on a face
+    scores the mass beyond it (censored, Fujita and Maeda 2018); dims an agent lacks (`dims` False) count nothing."""
 
     def __init__(self, out: torch.Tensor, std_logit: torch.Tensor, dims: torch.Tensor):
         super().__init__(out + 0.5, torch.sigmoid(std_logit).expand_as(out), validate_args=False)
@@ -255,18 +244,15 @@ class Gaussian(Normal):
 
 
 def action_distribution(out: torch.Tensor, avail_actions: torch.Tensor, std_logit: torch.Tensor | None):
-    """The one place that tells discrete from continuous actions. Discrete (`std_logit` None): a categorical on
-    the logits `out` with unavailable actions at zero probability. Continuous: a clipped Gaussian, mean 0.5 + `out`.
-    Either way `sample()`, `mode`, `log_prob(actions)` and `entropy()` give one value per agent."""
+    """Discrete (`std_logit` None): a categorical on the logits `out` over the available actions; else a `Gaussian`."""
     if std_logit is None:
         return Categorical(logits=out.masked_fill(~avail_actions, -1e10), validate_args=False)
     return Gaussian(out, std_logit, avail_actions)
 
 
 def sort_entities(x: torch.Tensor, entities: tuple) -> torch.Tensor:
-    """x (..., F) with the blocks of each entity group reordered nearest first. A group (count, starts) is `count`
-    blocks of 2 numbers from each start; the first run (positions) sets the order. mpe2 lists spread's landmarks and
-    teammates in a fixed order: an MLP would learn each block's role N times over."""
+    """x (..., F) with each group's 2-number blocks nearest first: a group (count, starts) is `count` blocks from each
+    start, ordered by the first run (positions). mpe2 lists them in a fixed order, whose roles an MLP learns N times."""
     if not entities:
         return x
     x = x.clone()
@@ -279,8 +265,8 @@ def sort_entities(x: torch.Tensor, entities: tuple) -> torch.Tensor:
 
 
 def nearest_columns(spec: EnvSpec, k: int) -> torch.Tensor:
-    """(6k,) the columns of a sorted spread observation that --nearest-k keeps: velocity, position, then the
-    first k landmark and k - 1 other-agent blocks of each run; obs_dim (a zero padded on) where a team has fewer."""
+    """(6k,) columns of a sorted spread observation: velocity, position, the first k landmarks and k - 1 other agents;
+    obs_dim (a zero padded on) where there are fewer."""
     columns = list(range(4))
     for (count, starts), keep in zip(spec.entities, (k, k - 1)):
         columns += [s + c if c < 2 * count else spec.obs_dim for s in starts for c in range(2 * keep)]
@@ -412,8 +398,8 @@ class MultiAgentTransformer(nn.Module):
 
 
 class ValueNorm(nn.Module):
-    """Running mean/variance of the returns with debiased exponential averages (official MAPPO). Not `enabled`
-    (--no-use-valuenorm), it holds mean 0 and variance 1: the critic then learns the returns themselves."""
+    """Running mean and variance of the returns, debiased exponential averages (official MAPPO); identity if not
+    `enabled` (--no-use-valuenorm)."""
 
     def __init__(self, enabled: bool = True, beta: float = 0.99999, epsilon: float = 1e-5, min_var: float = 1e-2):
         super().__init__()
@@ -431,8 +417,7 @@ class ValueNorm(nn.Module):
 
     @torch.no_grad()
     def update(self, x: torch.Tensor, steps: int = 1):
-        """`steps` updates on x at once: the official codes update before each minibatch of each epoch with its returns,
-        which ends here (exactly with one minibatch; with several of equal counts, averaging to x, to (1 - beta)^2)."""
+        """`steps` updates on x at once, as the official codes make one a minibatch (docs/implementation.md)."""
         if not self.enabled:
             return
         decay = self.beta**steps
@@ -464,7 +449,7 @@ class RolloutBuffer:
         self.avail = torch.ones(T + 1, n_envs, n_agents, spec.action_dim, dtype=torch.bool, device=device)  # actions
         self.values = zeros(T + 1, n_envs, n_agents)  # denormalized: on the scale of the returns
         action_shape, action_type = ((spec.action_dim,), torch.float32) if spec.continuous else ((), torch.long)
-        self.actions = zeros(T, n_envs, n_agents, *action_shape, dtype=action_type)  # vectors clipped into the box
+        self.actions = zeros(T, n_envs, n_agents, *action_shape, dtype=action_type)
         self.logprobs, self.rewards = zeros(T, n_envs, n_agents), zeros(T, n_envs, n_agents)  # each agent's own reward
         self.terminated, self.truncated = (zeros(T, n_envs, n_agents, dtype=torch.bool) for _ in range(2))
         self.final_obs = zeros(T, n_envs, n_agents, spec.obs_dim)  # last obs of an episode that ended at t
@@ -473,7 +458,6 @@ class RolloutBuffer:
         self.agent_order = None  # with --shuffle-agents (T, n_envs, n_agents): each step's decoding order
 
     def insert(self, t: int, actions: torch.Tensor, logprobs: torch.Tensor, step: StepResult):
-        """Stores what acting on the input at step t gave, and the input of step t + 1."""
         self.actions[t], self.logprobs[t], self.rewards[t] = actions, logprobs, step.rewards
         self.terminated[t], self.truncated[t] = step.terminated, step.truncated
         self.obs[t + 1], self.state[t + 1], self.alive[t + 1] = step.obs, step.state, step.alive
@@ -482,20 +466,19 @@ class RolloutBuffer:
 
     @torch.no_grad()
     def compute_values(self, agent: nn.Module, value_norm):
-        """All values of the rollout in one batched critic pass, on the scale of the returns."""
-        value = lambda obs, state: value_norm.denormalize(agent.get_value(obs.flatten(0, 1), state.flatten(0, 1)))  # noqa: E731
+        def value(obs, state):
+            return value_norm.denormalize(agent.get_value(obs.flatten(0, 1), state.flatten(0, 1)))
+
         self.values[:] = value(self.obs, self.state).view_as(self.values)
         self.final_values[:] = value(self.final_obs, self.final_state).view_as(self.final_values)
 
 
 def compute_gae(buffer: RolloutBuffer, gamma: float, gae_lambda: float, team_reward: bool):
-    """GAE over the rollout's (T, n_envs, n_agents) `rewards`, `terminated`, `truncated` and (T+1, ...) `values`: a
-    truncated episode bootstraps from its final observation's value (`final_values`), a terminated one from zero. Each
-    agent's episode ends where it leaves; with `team_reward` where the env's ends (its last agent left), truncated if
-    an agent was truncated and not terminated: an agent that died goes on earning the team's rewards, as in the
-    official codes' GAE."""
+    """Advantages and returns (T, n_envs, n_agents). A truncated episode bootstraps from its final observation's value,
+    a terminated one from zero. With `team_reward` an agent's episode ends with the env's, as in the official codes:
+    one that died goes on earning the team's rewards."""
     rewards, values, terminated, truncated = buffer.rewards, buffer.values, buffer.terminated, buffer.truncated
-    if team_reward:  # every agent learns from the team's mean reward
+    if team_reward:
         rewards = rewards.mean(dim=-1, keepdim=True).expand_as(rewards)
         ended = (terminated | truncated).all(dim=-1, keepdim=True)
         truncated = (ended & (truncated & ~terminated).any(dim=-1, keepdim=True)).expand_as(truncated)
@@ -511,7 +494,7 @@ def compute_gae(buffer: RolloutBuffer, gamma: float, gae_lambda: float, team_rew
 
 
 def masked_mean(x: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
-    """Mean of x (..., n_agents) over the agents still in their episode: one that has died adds nothing."""
+    """Mean of x (..., n_agents) over the agents in their episode."""
     return (x * alive).sum() / alive.sum().clamp(min=1)
 
 
@@ -529,8 +512,8 @@ def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip: float) -> 
 
 
 def value_loss_fn(values, old_values, returns, alive, args: Args) -> torch.Tensor:
-    """Huber loss of normalized values against normalized returns, PPO-clipped with --clipped-value-loss, over the
-    agents in their episode; with the team's reward over all: a dead agent's return is the team's until the end."""
+    """Huber loss of normalized values, PPO-clipped with --clipped-value-loss; with the team's reward a dead agent's
+    return is the team's until the end, so it counts."""
     loss = F.huber_loss(values, returns, reduction="none", delta=args.huber_delta)
     if args.clipped_value_loss:
         values_clipped = old_values + (values - old_values).clamp(-args.clip, args.clip)
@@ -539,15 +522,14 @@ def value_loss_fn(values, old_values, returns, alive, args: Args) -> torch.Tenso
 
 
 def minibatch_indices(batch_size: int, num_mini_batch: int, device: torch.device) -> list:
-    """Disjoint random minibatches covering the batch, for one PPO epoch. A single minibatch is the whole batch
-    in its stored order: the order does not change its gradient, and a slice spares copying the batch."""
+    """Disjoint random minibatches of one epoch; one minibatch is the whole batch as a slice (no copy)."""
     if num_mini_batch == 1:
         return [slice(None)]
     return list(torch.randperm(batch_size, device=device).split(batch_size // num_mini_batch))
 
 
 def ppo_step(agent: MultiAgentTransformer, optimizer, batch: list, args: Args) -> dict:
-    """One gradient step on one minibatch; its losses and statistics stay tensors (nothing waits on the device)."""
+    """One gradient step on one minibatch; its statistics stay tensors (nothing waits on the device)."""
     order = batch[9] if len(batch) > 9 else None  # (B, n_agents) with --shuffle-agents: the order each acted in
     in_order = [in_agent_order(x, order) for x in batch[:6]] if order is not None else batch[:6]
     obs, actions, alive, avail, old_logprobs, advantages = in_order
@@ -569,7 +551,7 @@ def ppo_step(agent: MultiAgentTransformer, optimizer, batch: list, args: Args) -
 def ppo_update(
     agent: MultiAgentTransformer, optimizer, value_norm, buffer: RolloutBuffer, advantages, returns, args, step=ppo_step
 ) -> dict:
-    """`passes` of minibatches, each one `step` (`ppo_step` or `GraphedStep`); a sample: agents and state."""
+    """`passes` of minibatches of agent sequences and states, each a `step` (`ppo_step`, or `GraphedStep` on a GPU)."""
     flat = lambda x: x.flatten(0, 1)  # (T, n_envs, ...) -> (T * n_envs, ...)  # noqa: E731
     old_values = value_norm.normalize(buffer.values[:-1])  # the critic's outputs when acting: the clip's centre
     learned = returns[buffer.alive[:-1] | args.team_reward]  # the returns the critic learns (value_loss_fn)
@@ -597,8 +579,7 @@ def build_agent(spec: EnvSpec, args: Args, device: torch.device):
 
 
 def main(args: Args) -> dict:
-    """Trains the agent: iterations of a rollout, its values and advantages, and the PPO update. `TrainingRun`, below
-    the banner, is what surrounds them: the envs, the run folder, resume, Ctrl-C, evaluations, checkpoints, logging."""
+    """Iterations of a rollout, its advantages and the PPO update; `TrainingRun` (below the banner) does the rest."""
     if args.eval_checkpoint is not None:  # test mode: evaluate a saved model, train nothing
         run_evaluation_only(args)
         return {}
@@ -630,77 +611,74 @@ def main(args: Args) -> dict:
                 buffer.compute_values(agent, value_norm)
                 advantages, returns = compute_gae(buffer, args.gamma, args.gae_lambda, args.team_reward)
 
-            # 3. PPO update (on a GPU each minibatch step is replayed as one CUDA graph: `run.ppo_step`)
+            # 3. PPO update
             update_start = time.time()
             losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args, run.ppo_step)
 
-            # 4. Log; evaluate (greedy unless --eval-sample) and checkpoint when due; a stop request ends the run here
+            # 4. Log; evaluate and checkpoint when due; a stop request ends the run here
             if run.end_iteration(iteration, losses, returns, update_start):
                 break
     return run.summary
 
 
 # ====================================================================================================
-# Nothing below this line is needed to follow the algorithm: the flags that set up, watch and end a run, the envs (mpe2
-# batched in torch, any PettingZoo parallel env), `TrainingRun` and what it uses, the argument checks, test mode.
+# Below: what sets up, watches and ends a run. The flags, `TrainingRun` (resume, signals, evaluation, checkpoints,
+# logs), the envs (mpe2 batched in torch, any PettingZoo parallel env), the argument checks, test mode.
 # ====================================================================================================
 
 
-# The command line: the hyperparameters and the flags that set up, watch and end a run (no docstring: --help shows it)
 @dataclass
 class Args(Hyperparameters):
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment"""
     seed: int = 1
-    """seed of the experiment (env k of the vector uses seed + k)"""
+    """seed of the experiment (env k uses seed + k)"""
     torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    """`torch.backends.cudnn.deterministic`"""
     cuda: bool = False
-    """if toggled, use the GPU when one is available"""
+    """use the GPU when one is available"""
     n_training_threads: int = 0
-    """torch threads on the CPU; 0: half the cores (1 on 2 cores), so that two runs side by side keep their speed"""
+    """torch threads on the CPU; 0: half the cores, so that two runs side by side keep their speed"""
     compile: bool = True
-    """on a GPU, torch.compile the networks and the env step, after half a minute, and replay acting and each update
-    step as CUDA graphs; --no-compile: eager"""
+    """on a GPU, torch.compile the networks and the env step and replay acting and updates as CUDA graphs"""
     track: bool = False
-    """if toggled, this experiment will be tracked with Weights and Biases"""
+    """track the run with Weights and Biases"""
     wandb_project_name: str = "mat-mpe"
     """the wandb's project name"""
     wandb_entity: str | None = None
     """the entity (team) of wandb's project"""
     capture_video: bool = False
-    """if toggled, record one evaluation episode per evaluation to `videos/{run_name}` and TensorBoard"""
+    """record one episode per evaluation to `videos/{run_name}` and TensorBoard"""
     save_model: bool = False
-    """if toggled, save the final and the best-evaluated checkpoint to `runs/{run_name}`"""
+    """save the final and the best-evaluated model to `runs/{run_name}`"""
     eval_checkpoint: str | None = None
-    """test mode: load this checkpoint, run the evaluation episodes and exit without training"""
+    """test mode: evaluate this checkpoint, train nothing"""
     eval_n_agents: int = 0
-    """test mode: play a --nearest-k checkpoint's actor on spread with this many agents (0: as trained)"""
+    """test mode: play a --nearest-k checkpoint on spread with this many agents (0: as trained)"""
     resume: str | None = None
-    """continue the run of this training checkpoint (`runs/{run_name}/checkpoint.pt`) as if it had never stopped"""
+    """go on with the run of this checkpoint (`runs/{run_name}/checkpoint.pt`) as if it had never stopped"""
     checkpoint_interval: int = 0
     """environment steps between training checkpoints (also at the end and on a stop); 0: 200k or 30 iterations"""
     env_kwargs: dict[str, int | float | bool | str] = dataclasses.field(default_factory=dict)
-    """envs given by import path: keyword arguments that make them (--env-kwargs max_cycles 300 flag False)"""
+    """an env by import path: the keyword arguments that make it (--env-kwargs max_cycles 300 flag False)"""
     async_envs: bool = False
-    """envs given by import path: if toggled, each env steps in its own worker process (gymnasium's AsyncVectorEnv)"""
+    """an env by import path: each env steps in its own worker process"""
 
     # Evaluation and logging
     eval_interval: int = 0
-    """environment steps between evaluations; 0: 50k, or 30 iterations where those are more steps"""
+    """environment steps between evaluations; 0: 50k or 30 iterations"""
     n_eval_episodes: int = 32
-    """episodes per evaluation (one per evaluation env)"""
+    """episodes per evaluation"""
     eval_sample: bool = False
-    """if toggled, evaluations sample the policy's actions, not the likeliest ones (greedy agents can deadlock)"""
+    """evaluations sample the policy's actions instead of taking the likeliest (greedy agents can deadlock)"""
     eval_max_steps: int = 10_000
-    """steps after which an evaluation episode ends if the env has not ended it (one without a time limit never does)"""
+    """steps after which an evaluation episode ends if the env has not ended it"""
     log_interval: int = 20_000
     """environment steps between progress lines"""
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
-    """The command line, read twice: the first pass finds `--preset`, `--env-id` and `--continuous-actions`, so that
-    the second starts from that preset's settings for that scenario, which every flag given then overrides."""
+    """The command line over the preset of its --preset, --env-id and --continuous-actions (read in a first pass)."""
     argv = sys.argv[1:] if argv is None else argv
     for start in [i + 1 for i, arg in enumerate(argv) if arg in ("--env-kwargs", "--env_kwargs")]:
         count = next((n for n, arg in enumerate(argv[start:]) if arg.startswith("--")), len(argv) - start)
@@ -708,7 +686,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
             raise SystemExit(f"error: --env-kwargs takes name-value pairs, not {count} values")
     chosen, _ = tyro.cli(Args, args=argv, return_unknown_args=True, add_help=False)
     for flag in {"--n-agents", "--max-cycles"} & {arg.split("=")[0].replace("_", "-") for arg in argv}:
-        if chosen.env_id not in MPE_SCENARIOS:  # an env given by import path takes its own keywords, even if equal
+        if chosen.env_id not in MPE_SCENARIOS:
             raise SystemExit(f"error: {flag} is for MPE scenarios; use --env-kwargs with {chosen.env_id}")
     settings = PRESETS[chosen.preset].get(chosen.env_id, {})
     if chosen.continuous_actions:
@@ -717,14 +695,12 @@ def parse_args(argv: list[str] | None = None) -> Args:
 
 
 class TrainingRun(contextlib.AbstractContextManager):
-    """Everything a training run does besides learning, entered and left from `main`: torch set up, the env read and its
-    envs made, the discount where none is given, the run folder and TensorBoard (and wandb), a resume, Ctrl-C and
-    SIGTERM (the loop stops at the end of its iteration; a second signal acts at once), evaluations and the best model,
-    checkpoints, the exit on an env's fault (keeping the last completed update) and the summary line."""
+    """All a training run does besides learning: the envs, the run folder and logs, resume, signals, evaluations,
+    checkpoints, the end on an env's fault (the last update kept) and the summary."""
 
     def __init__(self, args: Args):
         self.device = device = setup_torch(args)
-        self.spec = spec = get_env_spec(args.env_id, scenario_kwargs(args))  # one it cannot train fails here
+        self.spec = spec = get_env_spec(args.env_id, scenario_kwargs(args))
         random.seed(args.seed)  # for an env that draws from these generators (the probe seeded them with 0)
         np.random.seed(args.seed)
         self.compiled = args.compile and device.type == "cuda"  # on a CPU compiling gains nothing
@@ -734,18 +710,18 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.checkpoint = checkpoint = load_checkpoint(args.resume, device) if args.resume else None
         if not args.gamma and checkpoint:  # a resumed run keeps the discount it began with
             args = dataclasses.replace(args, gamma=checkpoint["args"]["gamma"])
-        elif not args.gamma:  # none given: a horizon 1 / (1 - gamma) of a quarter of the env's time limit, 0.9 to 0.99
+        elif not args.gamma:  # a horizon 1 / (1 - gamma) of a quarter of the env's time limit
             args = dataclasses.replace(args, gamma=round(min(max(1 - 4 / (spec.episode_limit or 400), 0.9), 0.99), 3))
             print(f"gamma {args.gamma}, from the env's time limit: {spec.episode_limit or 'none in 400'} steps")
-        if not spec.episode_limit or spec.episode_limit > args.eval_max_steps:  # a continuing task, say
+        if not spec.episode_limit or spec.episode_limit > args.eval_max_steps:
             print(f"--eval-max-steps: evaluation episodes end after {args.eval_max_steps:,} steps if not before")
         if checkpoint is not None:
             check_resume(args, checkpoint)
         self.args, n_envs, self.batch = args, args.n_rollout_threads, args.episode_length * args.n_rollout_threads
         self.num_iterations = args.total_timesteps // self.batch
-        if args.env_id in MPE_SCENARIOS:  # mpe2 batched in torch on the device
+        if args.env_id in MPE_SCENARIOS:
             self.envs: VecEnv = BatchedMPE(spec, n_envs, args.seed, device)
-        else:  # any PettingZoo parallel env, through gymnasium's vector envs
+        else:
             self.envs = PettingZooVecEnv(spec, n_envs, args.seed, device, args.async_envs)
         episodes, video = args.n_eval_episodes, args.capture_video
         self.eval_envs = PettingZooVecEnv(spec, episodes, args.seed, device, args.async_envs, video)
@@ -758,13 +734,13 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.handlers = {s: signal.signal(s, self.request_stop) for s in stops}
 
     def request_stop(self, signum: int | None, frame=None):
-        """A stop at the end of the iteration; the previous handlers come back, so that a second signal acts at once."""
+        """A stop at the end of the iteration; the old handlers come back, so that a second signal acts at once."""
         self.signal = signum
         for s, handler in self.handlers.items():
             signal.signal(s, handler)
 
     def start(self, agent: nn.Module, value_norm, optimizer, buffer) -> Progress:
-        """Takes the model and buffer, puts a resumed run's state back (else the envs begin) and compiles on a GPU."""
+        """Takes the model, puts a resumed run's state back (else resets the envs) and compiles on a GPU."""
         self.model, self.buffer, self.losses = (agent, value_norm, optimizer), buffer, {}
         if self.compiled:
             compile_for_gpu(agent, self.envs)
@@ -775,38 +751,38 @@ class TrainingRun(contextlib.AbstractContextManager):
             restore(self.checkpoint, agent, value_norm, optimizer, self.args.resume)
             resume_training(self, self.checkpoint)
         self.start_time, self.start_step, self.rollout_start = time.time(), self.progress.global_step, time.time()
-        if self.progress.iteration == self.num_iterations:  # resumed after a stop in its final evaluation: the rest
+        if self.progress.iteration == self.num_iterations:  # resumed after a stop in its final evaluation
             self.evaluate()
         return self.progress
 
     def end_iteration(self, iteration: int, losses: dict, returns: torch.Tensor, update_start: float) -> bool:
-        """After an update: its log, then when due an evaluation, a progress line, a checkpoint; True: a stop."""
+        """After an update: its log, and when due an evaluation, a progress line, a checkpoint; True: a stop."""
         args, progress, buffer, batch = self.args, self.progress, self.buffer, self.batch
         seconds = {"rollout": update_start - self.rollout_start, "update": time.time() - update_start}
         alive = buffer.alive[:-1]
         losses["explained_variance"] = explained_variance(buffer.values[:-1][alive], returns[alive])
         progress.iteration, global_step, self.losses = iteration, progress.global_step, losses
         sps = int((global_step - self.start_step) / (time.time() - self.start_time))
-        ended_returns = self.ended_episode_returns()  # (n_agents,) mean returns of this rollout's episodes, or None
+        ended_returns = self.ended_episode_returns()
         if ended_returns is not None:
             progress.train_return = float(ended_returns.mean())
         lr = self.model[2].param_groups[0]["lr"]
         log_iteration(self.writer, global_step, sps, seconds, lr, losses, ended_returns, self.spec.agents)
-        if (first := global_step == self.start_step + batch) and self.compiled:  # the first iteration compiled
+        if (first := global_step == self.start_step + batch) and self.compiled:
             print(f"step {global_step:>9,} | compiled for the GPU in {sum(seconds.values()):.0f} s (once a run)")
-        last, apart = iteration == self.num_iterations, 30 * batch  # by default 30 iterations apart at least
+        last, apart = iteration == self.num_iterations, 30 * batch
         if due(global_step, args.eval_interval or max(50_000, apart), global_step - progress.eval_step) or last:
             self.evaluate()
-        if due(global_step, args.log_interval, batch) or last or first:  # the first within seconds
+        if due(global_step, args.log_interval, batch) or last or first:
             print(progress_line(progress, self.num_iterations * batch, sps, losses, args.eval_sample))
-        stop = self.signal is not None  # read once: a signal after this stops the next iteration, after its save
+        stop = self.signal is not None  # read once: a later signal stops the next iteration, after its save
         if due(global_step, args.checkpoint_interval or max(200_000, apart), batch) or last or stop:
             self.save("checkpoint.pt", **training_state(self))
         self.rollout_start = time.time()
         return stop
 
     def ended_episode_returns(self) -> np.ndarray | None:
-        """(n_agents,) mean returns of the episodes that ended in the rollout (None: none did), summed on the device."""
+        """(n_agents,) mean returns of the episodes that ended in the rollout; None: none did."""
         running, ended_sum, count = self.running_returns, torch.zeros_like(self.running_returns[0]), 0
         for rewards, ended in zip(self.buffer.rewards, (self.buffer.terminated | self.buffer.truncated).all(dim=-1)):
             running += rewards
@@ -816,7 +792,7 @@ class TrainingRun(contextlib.AbstractContextManager):
         return (ended_sum / count).cpu().numpy() if (count := int(count)) else None
 
     def evaluate(self):
-        """The policy evaluated, the best model kept; one a stop request cut short is none (due again on a resume)."""
+        """Evaluates the policy and keeps the best model; an evaluation a stop cut short counts for nothing."""
         progress, step = self.progress, self.progress.global_step
         video = f"videos/{os.path.basename(self.run_dir)}/eval_{step}.mp4"
         returns = evaluate_and_record(self.model[0], self.eval_envs, self.args, self.writer, step, video, self)
@@ -836,7 +812,7 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.writer.close()
         self.request_stop(self.signal)  # the handlers back; a stop requested stays so
         progress, run_dir, resume = self.progress, self.run_dir, f"--resume {self.run_dir}/checkpoint.pt"
-        if isinstance(error, EnvError):  # the user's env failed: keep the last completed update, as a stop does
+        if isinstance(error, EnvError):
             line = f"error: {error} at env step {progress.global_step:,}"
             if progress.iteration * self.batch > (self.checkpoint or {}).get("global_step", 0):  # an update of ours
                 progress.global_step = progress.iteration * self.batch  # where the last update left it
@@ -846,7 +822,7 @@ class TrainingRun(contextlib.AbstractContextManager):
         if kind is not None:
             return
         summary = f"run in {run_dir}, with checkpoint.pt"
-        if self.args.save_model:  # best_model.pt from the first evaluation on
+        if self.args.save_model:
             self.save("model.pt")
             best = f" and best_model.pt (best eval {progress.best_eval:.3f})" if np.isfinite(progress.best_eval) else ""
             summary += f", model.pt{best}"
@@ -865,21 +841,19 @@ class EnvSpec(NamedTuple):
     agents: list[str]
     obs_dim: int  # largest agent observation, flattened; smaller ones are zero-padded
     action_dim: int  # largest agent action space (discrete) or action vector (continuous)
-    state_dim: int  # 0: none (no state, and the observations joined would not fit: see probe_env)
+    state_dim: int  # 0: none (no state, and the observations joined would not fit)
     avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's actions or action dimensions
-    continuous: bool  # action vectors in the unit box [0, 1]^action_dim (zero-padded) instead of discrete actions
-    action_masks: str  # where the env says which actions each agent may take now: "info", "observation", "" (all)
+    continuous: bool  # action vectors in the unit box [0, 1]^action_dim (zero-padded)
+    action_masks: str  # where the env gives each agent's allowed actions: "info", "observation", "" (all allowed)
     has_state: bool  # the state is env.state(), flattened; else the agents' observations joined
-    episode_limit: int  # steps before a time limit ends an episode (`probe_env`); 0: none met
-    entities: tuple  # groups of interchangeable entities in the observation, see `sort_entities` (spread only)
-    env_id: str  # the env it was read from, and the keyword arguments that make it
-    scenario: dict
+    episode_limit: int  # steps before a time limit ends an episode; 0: none met
+    entities: tuple  # groups of interchangeable entities in the observation (`sort_entities`; spread only)
+    env_id: str
+    scenario: dict  # the keyword arguments that make the env
 
 
 def scenario_kwargs(args: Args) -> dict:
-    """The env's keyword arguments: for an env given by import path --env-kwargs (and continuous_actions=True with
-    --continuous-actions); for an MPE scenario its length and action type, on spread also the team size and
-    partial observability."""
+    """The env's keyword arguments."""
     continuous = {"continuous_actions": True} if args.continuous_actions else {}
     if args.env_id not in MPE_SCENARIOS:
         return args.env_kwargs | continuous
@@ -888,8 +862,7 @@ def scenario_kwargs(args: Args) -> dict:
 
 
 def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
-    """The PettingZoo parallel env: mpe2's for an MPE scenario, else what `env_id` names makes it (a module's
-    `parallel_env`, a class or a function); `render_mode` only for a video. One not made is one error line."""
+    """The PettingZoo parallel env: mpe2's for an MPE scenario, else what `env_id` names (a module, class, function)."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # a video renders headless
     module, rendering = f"mpe2.{env_id}" if env_id in MPE_SCENARIOS else env_id, {"render_mode": render_mode}
     try:
@@ -909,32 +882,29 @@ def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
 
 
 def import_path(path: str):
-    """The module at the import path, else the attribute its last part names (`module:name` or `module.name`: a
-    package's `mamujoco_v1`, a module's class)."""
+    """The module at `module.name` or `module:name`, else the attribute its last part names."""
     module, _, name = (path := path.replace(":", ".")).rpartition(".")
     try:
         return importlib.import_module(path)
     except ModuleNotFoundError as e:
-        if not module or e.name != path:  # another module is missing, not the path's last part
+        if not module or e.name != path:  # a module the env's own imports is missing: say so
             raise
     return getattr(importlib.import_module(module), name)
 
 
 def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
-    """The env's spaces, read from it; what the networks cannot take is one error line. The state is env.state()
-    where it is a Box of at most MAX_INPUTS numbers (flattened, as the observations), else the observations joined."""
+    """The env's spaces, read from it; what the networks cannot take is one error line."""
     random.seed(0)  # the probe plays the same way every time, also an env that draws from these generators
     np.random.seed(0)
     env = make_env(env_id, scenario)
     first = call_env(env_id, env, "reset", seed=0)  # (observations, infos)
     agents, box = env.possible_agents, lambda s: isinstance(s, gymnasium.spaces.Box) and np.prod(s.shape) <= MAX_INPUTS
-    counts = (gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete, gymnasium.spaces.MultiBinary)  # flattened
+    counts = (gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete, gymnasium.spaces.MultiBinary)  # one-hot
     obs_spaces, action_spaces = [env.observation_space(a) for a in agents], [env.action_space(a) for a in agents]
-    # PettingZoo's two places for action masks: a Dict observation {"observation", "action_mask"}, or the info
     in_obs = all(isinstance(s, gymnasium.spaces.Dict) and "action_mask" in s.spaces for s in obs_spaces)
     masks = "observation" if in_obs else "info" if any("action_mask" in first[1].get(a, {}) for a in agents) else ""
     obs_spaces = [s["observation"] for s in obs_spaces] if masks == "observation" else obs_spaces
-    sizes = [gymnasium.spaces.flatdim(s) if box(s) or isinstance(s, counts) else np.inf for s in obs_spaces]  # one-hot
+    sizes = [gymnasium.spaces.flatdim(s) if box(s) or isinstance(s, counts) else np.inf for s in obs_spaces]
     discrete = all(isinstance(s, gymnasium.spaces.Discrete) for s in action_spaces)
     continuous = all(box(s) and len(s.shape) == 1 and np.isfinite([s.low, s.high]).all() for s in action_spaces)
     unsupported = [
@@ -964,19 +934,18 @@ TIME_LIMITS = ("max_cycles", "max_steps", "max_episode_steps", "episode_limit", 
 
 
 def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
-    """Plays the env from its `first` (observations, infos) with seeded random actions among the available ones (400
-    steps at most), calling state() where training does (`env_state`) and reading its action masks (`read_masks`, also
-    from step() alone). Gives `spec` with the env's time limit (TIME_LIMITS, else measured; 0: none met), the state of
-    `state_space`, but where it is None or state() fails once an agent left (with all in the episode: an EnvError)."""
+    """Plays up to 400 seeded random steps from `first` (observations, infos) as training calls the env, for `spec`'s
+    time limit (an attribute in TIME_LIMITS, else measured), state (`state_space`'s where state() answers throughout,
+    else the observations joined) and action masks (also from step() alone)."""
     env_id, (observations, infos), sizes = spec.env_id, first, spec.avail_actions.sum(axis=1)
     problem = None if state_space else f"--env-id {env_id}: it has no Box state_space of at most {MAX_INPUTS} numbers"
     truncated, length = False, 0
     spec = spec._replace(has_state=True, state_dim=int(np.prod(state_space.shape))) if state_space else spec
-    joint_actions = gymnasium.spaces.Tuple([env.action_space(a) for a in spec.agents], seed=0)  # the same every time
+    joint_actions = gymnasium.spaces.Tuple([env.action_space(a) for a in spec.agents], seed=0)
     for _ in range(400):
         if not env.agents:  # the agents left (died): the next episode
             (observations, infos), length = call_env(env_id, env, "reset"), 0
-        try:  # as training: at a reset and while any agent plays (after the last step, see `PettingZooEnv.step`)
+        try:  # as training: at a reset and while any agent plays
             if problem is None:
                 env_state(spec, env, None)
         except EnvError as e:
@@ -1006,8 +975,7 @@ def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
 
 
 def env_state(spec: EnvSpec, env, obs: np.ndarray | None) -> np.ndarray:
-    """(state_dim,) float32: env.state() flattened where the spec has a state, else the observations `obs` joined; a
-    state() of another size than its state_space, or not finite, is an EnvError."""
+    """(state_dim,) float32: env.state() flattened, or the observations `obs` joined; a wrong one is an EnvError."""
     joined = obs if spec.state_dim else ()  # none where the observations joined do not fit (state_dim 0)
     state = np.asarray(call_env(spec.env_id, env, "state") if spec.has_state else joined, dtype=np.float32).ravel()
     if (size := state.size) != spec.state_dim:
@@ -1018,9 +986,8 @@ def env_state(spec: EnvSpec, env, obs: np.ndarray | None) -> np.ndarray:
 
 
 def read_masks(spec: EnvSpec, observations: dict, infos: dict, alive: np.ndarray) -> np.ndarray:
-    """(n_agents, action_dim) bool: the actions each agent may take now, from the env's `action_mask` for the agents
-    in the episode (`alive`) that have one, else all of the agent's own. A mask of the wrong size, or one that allows
-    no action to an agent in the episode, is an EnvError (one line)."""
+    """(n_agents, action_dim) bool: each agent's allowed actions, from the env's `action_mask` for the agents in the
+    episode (`alive`) that have one; a mask of the wrong size, or one that allows nothing, is an EnvError."""
     if not spec.action_masks:
         return spec.avail_actions
     avail, source = spec.avail_actions.copy(), infos if spec.action_masks == "info" else observations
@@ -1042,22 +1009,21 @@ class StepResult(NamedTuple):
     rewards: torch.Tensor  # (n_envs, n_agents)
     terminated: torch.Tensor  # (n_envs, n_agents) bool
     truncated: torch.Tensor  # (n_envs, n_agents) bool
-    final_obs: torch.Tensor  # (n_envs, n_agents, obs_dim): before the reset; the last obs of an ended episode
+    final_obs: torch.Tensor  # (n_envs, n_agents, obs_dim): the step's observation, before a reset
     final_state: torch.Tensor  # (n_envs, state_dim): likewise
     alive: torch.Tensor  # (n_envs, n_agents) bool: the agents in the episode of `obs`, who act on it
     avail: torch.Tensor  # (n_envs, n_agents, action_dim) bool: the actions each agent may take on `obs`
 
     @property
     def ended(self) -> torch.Tensor:
-        """(n_envs,) bool: the env's episode is over for every agent (and the env was reset)."""
+        """(n_envs,) bool: the env's episode is over (and the env was reset)."""
         return (self.terminated | self.truncated).all(dim=1)
 
 
 @runtime_checkable
 class VecEnv(Protocol):
-    """The envs a run trains on (`BatchedMPE`, `PettingZooVecEnv`), copies of `spec`'s env stepped together. One whose
-    episode ends begins the next in the same `step`. An agent who leaves early (dies) is terminated then and stays so,
-    with zero observations and rewards, not alive, its actions ignored, until the episode ends."""
+    """Copies of `spec`'s env stepped together; an ended episode begins the next in the same `step`. An agent who
+    leaves early (dies) stays terminated, with zero observations and rewards, its actions ignored, until the end."""
 
     spec: EnvSpec
     keeps_episodes: bool  # whether `load_state_dict` puts back the episodes under way; else new ones begin
@@ -1072,54 +1038,50 @@ class VecEnv(Protocol):
 # mpe2's world constants (_mpe_utils/core.py and simple_env.py): time step, damping, action force scale, contact force
 DT, DAMPING, SENSITIVITY, CONTACT_FORCE, CONTACT_MARGIN = 0.1, 0.25, 5.0, 100.0, 1e-3
 LOCAL_RATIO = 0.5  # mpe2's default weight of the agent's own reward against the team's (spread and reference)
-SPREAD_AGENT_SIZE = 0.15  # spread's agents touch, collide and push each other when closer than twice this
+SPREAD_AGENT_SIZE = 0.15  # spread's agents collide when closer than twice this
 MOVES = [[0.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, -1.0], [0.0, 1.0]]  # discrete move: none, -x, +x, -y, +y
 
 
 class BatchedMPE:
-    """`n_envs` copies of an mpe2 scenario as tensors on `device`, stepped together with mpe2's arithmetic in mpe2's
-    order (`World.step`, `_set_action`, the scenario's observation and reward, mpe2 1.1.1; the tests step both from one
-    world and compare every output). Ended episodes restart in place from a CPU generator seeded with `seed`: the same
-    episodes on every device. Unlike mpe2: agents at one position push with zero force (mpe2: NaN); float32 may round a
-    distance at the collision threshold 0.3 the other way. The world: `pos` (n_envs, n_agents + n_landmarks, 2), agents
-    first; `vel`, `comm`, `goal`; `steps` on the CPU: no step waits for the GPU."""
+    """`n_envs` copies of an mpe2 scenario as tensors on `device`, with mpe2 1.1.1's arithmetic in its order (the tests
+    step both from one world). Episodes restart from a CPU generator: the same on every device. Unlike mpe2, agents at
+    one position push with zero force (mpe2: NaN). The world: `pos` (n_envs, n_agents + n_landmarks, 2), agents first;
+    `vel`, `comm`, `goal`; `steps` on the CPU, so that no step waits for the GPU."""
 
-    WORLD = ("pos", "vel", "comm", "goal", "steps")  # `steps` on the CPU, the others on the device
-    keeps_episodes = True  # the world is saved whole: a resumed run goes on with the episodes under way
+    WORLD = ("pos", "vel", "comm", "goal", "steps")
+    keeps_episodes = True
 
     def __init__(self, spec: EnvSpec, n_envs: int, seed: int, device: torch.device):
         self.spec, self.env_id, self.n_envs, self.device = spec, spec.env_id, n_envs, device
         self.max_cycles, self.continuous = spec.scenario["max_cycles"], spec.continuous
         self.n_agents = n_agents = len(spec.agents)
-        # mpe2's make_world: who moves, who speaks and in messages of what size, the landmarks and their colours
+        # mpe2's make_world: who moves, who speaks and in messages of what size, the landmarks' colours
         if self.env_id == "simple_spread_v3":
             self.n_landmarks, self.dim_c, movable, speaks = n_agents, 2, [True] * n_agents, [False] * n_agents
             colours = []
-        elif self.env_id == "simple_speaker_listener_v4":  # the speaker only speaks, the listener only moves
+        elif self.env_id == "simple_speaker_listener_v4":
             self.n_landmarks, self.dim_c, movable, speaks = 3, 3, [False, True], [True, False]
             colours = [[0.65, 0.15, 0.15], [0.15, 0.65, 0.15], [0.15, 0.15, 0.65]]
-        else:  # simple_reference_v3: both move and speak
+        else:  # simple_reference_v3
             self.n_landmarks, self.dim_c, movable, speaks = 3, 10, [True, True], [True, True]
             colours = [[0.75, 0.25, 0.25], [0.25, 0.75, 0.25], [0.25, 0.25, 0.75]]
         self.colours, self.movable = torch.tensor(colours, device=device), torch.tensor(movable, device=device)
-        others = [[k for k in range(n_agents) if k != i] for i in range(n_agents)]  # empty rows with one agent
+        others = [[k for k in range(n_agents) if k != i] for i in range(n_agents)]
         self.others = torch.tensor(others, dtype=torch.long, device=device)  # (n_agents, n_agents - 1)
         self.agent_rows = torch.arange(n_agents, device=device)
         self.action_effects = self.action_table(movable, speaks).to(device)
         zeros = lambda *shape, dtype=None: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
         self.pos, self.vel = zeros(n_envs, n_agents + self.n_landmarks, 2), zeros(n_envs, n_agents, 2)
         self.comm, self.goal = zeros(n_envs, n_agents, self.dim_c), zeros(n_envs, n_agents, dtype=torch.long)
-        self.steps = torch.zeros(n_envs, dtype=torch.long)  # on the CPU (`step`)
+        self.steps = torch.zeros(n_envs, dtype=torch.long)  # on the CPU
         self.alive = torch.ones(n_envs, n_agents, dtype=torch.bool, device=device)  # no agent leaves an episode early
         self.never = torch.zeros_like(self.alive)  # terminated (no scenario ends early), or truncated between ends
-        self.avail = torch.as_tensor(spec.avail_actions, device=device).expand(n_envs, -1, -1)  # all, always
+        self.avail = torch.as_tensor(spec.avail_actions, device=device).expand(n_envs, -1, -1)
         self.generator = torch.Generator().manual_seed(seed)
 
     def action_table(self, movable: list[bool], speaks: list[bool]) -> torch.Tensor:
-        """What an action does (mpe2's `_execute_world_step`, `_set_action`): per agent, [force, message] (n_agents,
-        n_actions, 2 + dim_c) for each discrete action, or the matrix (n_agents, action_dim, 2 + dim_c) that maps an
-        action vector to them: a move (discrete: none, -x, +x, -y, +y; continuous: (a2 - a1, a4 - a3)) times 5, then
-        a speaker's message (discrete: action = move + 5 * message, one-hot; continuous: the dim_c values after)."""
+        """(n_agents, action_dim, 2 + dim_c): the [force, message] of each discrete action, or the matrix that maps an
+        action vector to them (mpe2's `_set_action`: a move times 5, discrete action = move + 5 * message)."""
         table = torch.zeros(self.n_agents, self.spec.action_dim, 2 + self.dim_c)
         for i in range(self.n_agents):
             n_moves = 5 if movable[i] else 0
@@ -1140,8 +1102,7 @@ class BatchedMPE:
         self.reset_envs(torch.ones(self.n_envs, dtype=torch.bool))
 
     def reset_envs(self, envs: torch.Tensor):
-        """New episodes in the envs marked in `envs` (n_envs,) bool on the CPU, as mpe2's `reset_world`: agents and
-        landmarks uniform in [-1, 1]^2, at rest and silent, each agent's goal one of the landmarks, uniformly."""
+        """New episodes in the envs marked in `envs` (n_envs,) bool on the CPU, as mpe2's `reset_world`."""
         pos = torch.rand(self.pos.shape, generator=self.generator) * 2 - 1
         goal = torch.randint(self.n_landmarks, self.goal.shape, generator=self.generator)
         self.steps = self.steps * ~envs
@@ -1151,12 +1112,11 @@ class BatchedMPE:
         self.goal = torch.where(keep[:, 0], self.goal, goal.to(self.device))
 
     def step(self, actions: torch.Tensor) -> StepResult:
-        """Every env one step on, with actions (n_envs, n_agents), or action vectors (n_envs, n_agents, action_dim)
-        clipped into [0, 1] here as mpe2 clips them (the policies clip their own); ended episodes restart."""
+        """Every env one step on with actions (n_envs, n_agents), or vectors (n_envs, n_agents, action_dim)."""
         if self.continuous and not torch.isfinite(actions).all():  # the one wait for the device, continuous only
             raise SystemExit("error: the policy gave a continuous action that is NaN or infinite (it diverged)")
         rewards, final_obs, final_state = self.advance(actions)
-        self.steps = self.steps + 1  # new tensors, not in-place updates: an earlier state_dict() stays as it was
+        self.steps = self.steps + 1  # a new tensor: an earlier state_dict() stays as it was
         ended = self.steps >= self.max_cycles  # (n_envs,) on the CPU: the device hears of it only when one does
         obs, state, truncated = final_obs, final_state, self.never
         if ended.any():
@@ -1166,12 +1126,12 @@ class BatchedMPE:
         return StepResult(obs, state, rewards, self.never, truncated, final_obs, final_state, self.alive, self.avail)
 
     def advance(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The world one step on in mpe2's order (forces, moves and messages; rewards, observations and state)."""
-        if self.continuous:
+        """The world one step on (mpe2's `World.step`): its rewards, observations and state."""
+        if self.continuous:  # clipped into the box as mpe2 clips them
             effects = torch.einsum("eia,iac->eic", actions.clamp(0.0, 1.0), self.action_effects)
         else:
             effects = self.action_effects[self.agent_rows, actions]  # (n_envs, n_agents, 2 + dim_c)
-        force, self.comm = effects[..., :2], effects[..., 2:]  # an agent that does not move gets no force
+        force, self.comm = effects[..., :2], effects[..., 2:]
         if self.env_id == "simple_spread_v3":
             force = force + self.contact_forces()
         self.integrate(force)
@@ -1179,8 +1139,7 @@ class BatchedMPE:
         return self.rewards(relative, dist), *self.observations(relative)
 
     def contact_forces(self) -> torch.Tensor:
-        """(n_envs, n_agents, 2): mpe2's soft contact forces between spread's agents, summed per agent; they act at
-        any distance and vanish once the agents are apart."""
+        """(n_envs, n_agents, 2): mpe2's soft contact forces between spread's agents, at any distance."""
         agents = self.pos[:, : self.n_agents]
         delta = agents[:, :, None] - agents[:, None]  # (n_envs, n_agents, n_agents, 2): p_i - p_k
         dist = torch.linalg.vector_norm(delta, dim=-1, keepdim=True)
@@ -1189,15 +1148,13 @@ class BatchedMPE:
         return forces.nan_to_num_(0.0).sum(dim=2)
 
     def integrate(self, force: torch.Tensor):
-        """mpe2's `integrate_state`: each agent that can move moves with its old velocity, which is then damped and
-        accelerated by the force (mass 1); landmarks and agents that cannot move (the speaker) keep their state."""
+        """mpe2's `integrate_state`: a movable agent moves at its old velocity, then damps and accelerates (mass 1)."""
         agents, landmarks, moves = self.pos[:, : self.n_agents], self.pos[:, self.n_agents :], self.movable[:, None]
         self.pos = torch.cat([agents + self.vel * DT * moves, landmarks], dim=1)
         self.vel = torch.where(moves, self.vel * (1 - DAMPING) + force * DT, self.vel)
 
     def relative_positions(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every entity's position relative to each agent (n_envs, n_agents, n_entities, 2), [.., i, j] = p_j - p_i,
-        and the distances (n_envs, n_agents, n_entities)."""
+        """(n_envs, n_agents, n_entities, 2) with [.., i, j] = p_j - p_i, and the distances."""
         relative = self.pos[:, None] - self.pos[:, : self.n_agents, None]
         return relative, torch.linalg.vector_norm(relative, dim=-1)
 
@@ -1205,8 +1162,7 @@ class BatchedMPE:
         return *self.observations(), self.alive, self.avail
 
     def observations(self, relative: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Observations (n_envs, n_agents, obs_dim), zero-padded, in the order of each scenario's `observation`, and
-        the state (n_envs, state_dim): the agents' observations joined, as mpe2's `state()`."""
+        """Observations (n_envs, n_agents, obs_dim) as each scenario's `observation`, zero-padded, and the state."""
         relative = self.relative_positions()[0] if relative is None else relative
         N = self.n_agents
         landmarks = relative[:, :, N:]  # (n_envs, n_agents, n_landmarks, 2)
@@ -1248,11 +1204,11 @@ class BatchedMPE:
 
 
 class EnvError(Exception):
-    """An exception of the user's env, or a NaN or infinity it returned: one error line (`main`, `__main__`)."""
+    """An exception of the user's env, or a NaN or infinity it returned: one error line."""
 
 
 def call_env(env_id: str, env, method: str, *args, **kwargs):
-    """env.method(*args, **kwargs); an exception of the env (or caused by what it returned): an EnvError naming both."""
+    """env.method(*args, **kwargs), its exception an EnvError naming both."""
     try:
         return getattr(env, method)(*args, **kwargs)
     except Exception as e:
@@ -1260,15 +1216,14 @@ def call_env(env_id: str, env, method: str, *args, **kwargs):
 
 
 class PettingZooEnv(gymnasium.Env):
-    """One PettingZoo parallel env as a gymnasium env of per-agent arrays: observations (n_agents, obs_dim), flattened,
-    zero-padded (zeros once an agent left); the info, the rest of a `StepResult`. It begins its next episode itself and
-    reports no end, so gymnasium's autoreset never acts; rendering, it keeps a seeded `reset`'s frames."""
+    """A PettingZoo parallel env as a gymnasium env of observations (n_agents, obs_dim), flattened and zero-padded; the
+    info holds the rest of a `StepResult`. It begins its next episode itself, so gymnasium's autoreset never acts."""
 
     def __init__(self, spec: EnvSpec, render_mode: str | None = None):
         self.env, self.env_id, self.env_spec = make_env(spec.env_id, spec.scenario, render_mode), spec.env_id, spec
         n_agents, self.frames, self.recording, self.render_mode = len(spec.agents), [], False, render_mode
         self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (n_agents, spec.obs_dim), np.float32)
-        spaces = [self.env.observation_space(agent) for agent in spec.agents]  # of what the networks take
+        spaces = [self.env.observation_space(agent) for agent in spec.agents]
         self.obs_spaces = [s["observation"] for s in spaces] if spec.action_masks == "observation" else spaces
         self.obs_sizes = [gymnasium.spaces.flatdim(s) for s in self.obs_spaces]
         self.action_space = gymnasium.spaces.MultiDiscrete([spec.action_dim] * n_agents)
@@ -1276,7 +1231,6 @@ class PettingZooEnv(gymnasium.Env):
             self.action_space = gymnasium.spaces.Box(0.0, 1.0, (n_agents, spec.action_dim), np.float32)
 
     def env_action(self, agent: str, action: np.ndarray):
-        """The agent's action in its own space: from `start`; a vector clipped into [0, 1], then to its bounds."""
         space = self.env.action_space(agent)
         if not self.env_spec.continuous:
             return int(space.start) + int(action)
@@ -1285,7 +1239,7 @@ class PettingZooEnv(gymnasium.Env):
     def stack(self, observations: dict) -> np.ndarray:
         """(n_agents, obs_dim) float32: the observations of the agents in `observations`, zeros for the others."""
         obs = np.zeros(self.observation_space.shape, dtype=np.float32)
-        if self.env_spec.action_masks == "observation":  # Dict observations: what the networks take
+        if self.env_spec.action_masks == "observation":
             observations = {agent: own["observation"] for agent, own in observations.items()}
         for i, (agent, space, size) in enumerate(zip(self.env_spec.agents, self.obs_spaces, self.obs_sizes)):
             if agent in observations:  # flattened as gymnasium does (a Discrete observation one-hot), where it fits
@@ -1293,7 +1247,7 @@ class PettingZooEnv(gymnasium.Env):
                 if isinstance(space, gymnasium.spaces.Box):  # as gymnasium's flatten, without its dispatch: 5x faster
                     flat = np.asarray(own, space.dtype).ravel()
                 else:
-                    flat = gymnasium.spaces.flatten(space, own) if space.contains(own) else ()  # not NaN, say
+                    flat = gymnasium.spaces.flatten(space, own) if space.contains(own) else ()
                 if len(flat) != size:  # also one that fits another's padding
                     raise EnvError(f"--env-id {self.env_id}: an observation of {agent} does not fit its {space}")
                 obs[i, :size] = flat
@@ -1320,9 +1274,9 @@ class PettingZooEnv(gymnasium.Env):
             truncated=np.array([truncations.get(a, False) for a in agents]),
             last_obs=self.stack(observations),
         )
-        if live := set(self.env.agents):  # (np.isin on 495 names takes a millisecond; with a set, 30 microseconds)
+        if live := set(self.env.agents):  # a set: np.isin takes a millisecond at 495 agents
             self.alive, last_obs = np.array([agent in live for agent in agents]), info["last_obs"]
-            obs = last_obs if self.alive.all() else np.where(self.alive[:, None], last_obs, np.float32(0))  # 0: left
+            obs = last_obs if self.alive.all() else np.where(self.alive[:, None], last_obs, np.float32(0))
             try:
                 state = self.last_state = env_state(self.env_spec, self.env, obs)
             except EnvError as e:  # failing once an agent left, where the start-up probe saw no agent leave
@@ -1330,8 +1284,7 @@ class PettingZooEnv(gymnasium.Env):
                 raise (e if self.alive.all() else EnvError(f"{e} once an agent left, unseen at start: {fix}")) from None
             avail = read_masks(self.env_spec, observations, infos, self.alive)
             return obs, 0.0, False, False, info | dict(last_state=state, state=state, alive=self.alive, avail=avail)
-        # The episode is over. Its last state bootstraps only a truncated episode's values; where state() cannot
-        # answer after the last step (one built from the agents still playing), the state before it stands in.
+        # The episode is over. Where state() cannot answer after the last step, the state before it bootstraps.
         if info["truncated"].any():
             with contextlib.suppress(EnvError):
                 self.last_state = env_state(self.env_spec, self.env, info["last_obs"])
@@ -1341,11 +1294,10 @@ class PettingZooEnv(gymnasium.Env):
 
 
 class PettingZooVecEnv:
-    """`VecEnv` for any PettingZoo parallel env: `n_envs` copies of `PettingZooEnv` in gymnasium's SyncVectorEnv, or
-    each in a worker process (AsyncVectorEnv) with `async_envs`. Env k begins with the seed `seed + k`; its next
-    episodes follow from the env's own random generator."""
+    """`VecEnv` of `n_envs` `PettingZooEnv`s in gymnasium's SyncVectorEnv, or AsyncVectorEnv's worker processes; env k
+    begins with the seed `seed + k`."""
 
-    keeps_episodes = False  # episodes under way cannot be saved: a resumed run begins new ones, seeded from the steps
+    keeps_episodes = False  # a resumed run begins new episodes, seeded from the steps
 
     def __init__(self, spec: EnvSpec, n_envs: int, seed: int, device, async_envs=False, render_first=False):
         render = lambda k: "rgb_array" if render_first and k == 0 else None  # noqa: E731
@@ -1370,7 +1322,7 @@ class PettingZooVecEnv:
         return StepResult(*self.current[:2], *rest, *self.current[2:])
 
     def tensors(self, call: str, *arrays: np.ndarray) -> tuple[torch.Tensor, ...]:
-        if not all(np.isfinite(x).all() for x in arrays):  # observations, states or rewards of the user's env
+        if not all(np.isfinite(x).all() for x in arrays):
             raise EnvError(f"--env-id {self.spec.env_id}: its {call}() returned a NaN or infinity")
         return tuple(torch.as_tensor(x, device=self.device) for x in arrays)
 
@@ -1384,9 +1336,8 @@ class PettingZooVecEnv:
 
 @torch.no_grad()
 def evaluate(agent, envs: PettingZooVecEnv, seed: int, max_steps: int, stop: TrainingRun | None, sample: bool):
-    """One episode in each env, greedy or sampling the policy (`sample`), env k reset with `seed + k` (every evaluation
-    plays the same episodes), ended by the env or after `max_steps` steps, or cut short by a stop request: their
-    per-agent returns (n_envs, n_agents), and the frames (T + 1, H, W, 3) of env 0's if it renders."""
+    """One episode in each env, env k seeded with `seed + k`, to its end, `max_steps` or a stop request: the per-agent
+    returns (n_envs, n_agents), and env 0's frames (T + 1, H, W, 3) if it renders."""
     envs.reset(seed)
     returns = torch.zeros(envs.n_envs, len(envs.spec.agents), device=envs.device)
     playing = torch.ones(envs.n_envs, dtype=torch.bool, device=envs.device)  # in its first episode still
@@ -1402,9 +1353,8 @@ def evaluate(agent, envs: PettingZooVecEnv, seed: int, max_steps: int, stop: Tra
 
 
 def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args: Args, writer, step: int, video: str | None, stop):
-    """The policy's per-agent returns (n_episodes, n_agents), greedy or with --eval-sample sampled, in episodes seeded
-    apart from training's; with --capture-video the first episode also goes to the mp4 file `video` and to TensorBoard.
-    Sampling draws from a generator seeded alike every time, apart from training's, which is left as it was."""
+    """`evaluate` in episodes and with a generator seeded apart from training's (left as it was); with --capture-video
+    the first episode goes to the mp4 file `video` and to TensorBoard."""
     with torch.random.fork_rng(devices=[eval_envs.device] * (eval_envs.device.type == "cuda")):
         torch.manual_seed(args.seed + 100_000)
         returns, frames = evaluate(agent, eval_envs, args.seed + 100_000, args.eval_max_steps, stop, args.eval_sample)
@@ -1417,8 +1367,7 @@ def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args: Args, writer, 
 
 
 def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Args, global_step: int, **training):
-    """Writes the model, with `training` (see `training_state`) for a training checkpoint, to a temporary file, then
-    renames it: a run killed while writing never leaves a damaged checkpoint."""
+    """The model, and `training_state` for a training checkpoint; written whole or not at all (a temporary file)."""
     model = dict(agent=agent.state_dict(), value_norm=value_norm.state_dict(), optimizer=optimizer.state_dict())
     checkpoint = dict(script=os.path.basename(__file__), args=dataclasses.asdict(args), global_step=global_step)
     torch.save(checkpoint | model | training, f"{path}.tmp")
@@ -1426,14 +1375,13 @@ def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Ar
 
 
 def load_checkpoint(path: str, device: torch.device) -> dict:
-    """The checkpoint dict; a missing, unreadable or foreign file ends the program with a one-line error that says
-    what the file is and what was expected."""
+    """The checkpoint; a missing, unreadable or foreign file is one error line that says what the file is."""
     this_script = os.path.basename(__file__)
     if not os.path.isfile(path):
         raise SystemExit(f"error: checkpoint not found: {path}")
     try:
         checkpoint = torch.load(path, map_location=device, weights_only=True)
-    except Exception:  # say what the file looks like
+    except Exception:
         with open(path, "rb") as f:
             head = f.read(4096)
         text = head.decode("utf-8", errors="ignore").encode() == head  # UTF-8 throughout
@@ -1467,8 +1415,7 @@ RUN_CONTROL_ARGS = frozenset(
 
 
 def check_resume(args: Args, checkpoint: dict):
-    """Refuses, in one line, a checkpoint that cannot go on under `args`: a model only, an earlier version's, other
-    algorithm arguments (with --linear-lr-decay the total steps too), or --total-timesteps reached."""
+    """Refuses in one line a checkpoint that cannot go on under `args`."""
     if "progress" not in checkpoint:
         raise SystemExit(f"error: {args.resume} holds a model only; --resume takes the checkpoint.pt of a run folder")
     if "env" not in checkpoint or "next_step" in checkpoint["progress"]:  # worker processes, or a saved schedule
@@ -1493,7 +1440,7 @@ def check_resume(args: Args, checkpoint: dict):
 
 @dataclass
 class Progress:
-    """Where a training run is; a training checkpoint keeps it, so that a resumed run goes on from there."""
+    """Where a training run is; a training checkpoint keeps it."""
 
     iteration: int  # iterations done
     global_step: int
@@ -1504,13 +1451,12 @@ class Progress:
 
 
 def due(step: int, interval: int, since: int) -> bool:
-    """Whether an event every `interval` env steps is due at `step`: one fell in the last `since` steps."""
+    """Whether an event every `interval` env steps fell in the last `since` steps."""
     return step // interval > (step - since) // interval
 
 
 def training_state(run: TrainingRun) -> dict:
-    """What a training checkpoint holds besides the model, taken between iterations, to go on exactly as the run would
-    have (`resume_training`): the envs (the next rollout's first observations), torch's generators (CUDA's too)."""
+    """What a training checkpoint holds besides the model, to go on exactly: the envs, the generators."""
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
     return {
         "progress": dataclasses.asdict(run.progress),
@@ -1521,7 +1467,7 @@ def training_state(run: TrainingRun) -> dict:
 
 
 def resume_training(run: TrainingRun, checkpoint: dict):
-    """Puts back what `training_state` took besides the progress: the envs, the returns under way, the generators."""
+    """Puts back what `training_state` took besides the progress."""
     run.envs.load_state_dict(checkpoint["env"])
     if run.envs.keeps_episodes:
         run.running_returns = checkpoint["episode_returns"]
@@ -1531,11 +1477,11 @@ def resume_training(run: TrainingRun, checkpoint: dict):
 
 
 def range_errors(args) -> list[str]:
-    """One message per numeric flag outside the values it can work with; flags a script does not have are skipped."""
+    """One message per numeric flag outside the values it can work with (flags a script lacks are skipped)."""
     counts = "n_rollout_threads n_agents max_cycles episode_length num_mini_batch hidden_size n_block"
     counts += " n_embd n_head n_eval_episodes eval_max_steps log_interval"
     chosen = "n_training_threads eval_interval checkpoint_interval ppo_epoch"  # 0: the script chooses
-    rules = [  # (valid values, the test, the flags it applies to); NaN fails every test
+    rules = [  # NaN fails every test
         ("at least 1", lambda v: v >= 1, counts),
         ("at least 0", lambda v: v >= 0, "seed ent_coef vf_coef nearest_k eval_n_agents " + chosen),
         ("positive", lambda v: v > 0, "lr critic_lr clip max_grad_norm huber_delta"),
@@ -1550,9 +1496,8 @@ def range_errors(args) -> list[str]:
 
 
 def check_args(args: Args):
-    """Rejects settings that cannot work, with one line, before the run starts: numeric flags out of range
-    (`range_errors`), then combinations."""
-    if problems := range_errors(args):  # first, as the checks below divide by some of them
+    """Refuses settings that cannot work, in one line, before the run starts."""
+    if problems := range_errors(args):  # first: the checks below divide by some of them
         raise SystemExit(f"error: {problems[0]}")
     batch, problems = args.episode_length * args.n_rollout_threads, []
     if args.resume is not None and args.eval_checkpoint is not None:
@@ -1581,8 +1526,7 @@ def check_args(args: Args):
 
 
 def memory_estimate(spec: EnvSpec, args: Args) -> int:
-    """Bytes a run holds at its peak: the rollout buffer, the critic's pass over it and the update's activations
-    grow with the agent-steps of a rollout, by floats per agent-step fitted to measured peaks (docs/speed.md)."""
+    """Bytes a run holds at its peak: floats per agent-step of a rollout, fitted to measured peaks (docs/speed.md)."""
     n_agents = len(spec.agents)
     inputs = spec.obs_dim + spec.state_dim / n_agents  # floats of observation and state stored per agent-step
     ids = 0 if args.nearest_k else n_agents  # one-hot ids joined to the observations (none with --nearest-k)
@@ -1593,8 +1537,7 @@ def memory_estimate(spec: EnvSpec, args: Args) -> int:
 
 
 def check_memory(spec: EnvSpec, args: Args, device: torch.device):
-    """Refuses a run that would not fit in the free memory (the GPU's, or MemAvailable on Linux) before it starts,
-    where the kernel would kill it midway without a word; its tensors and a fifth more, the allocator's slack."""
+    """Refuses a run whose tensors, and a fifth more for the allocator, would not fit in the free memory."""
     if device.type == "cuda":
         free = torch.cuda.mem_get_info(device)[0]
     elif os.path.exists("/proc/meminfo"):
@@ -1609,7 +1552,6 @@ def check_memory(spec: EnvSpec, args: Args, device: torch.device):
 
 
 def setup_torch(args: Args) -> torch.device:
-    """Checks the flags (`check_args`), then sets torch up: the device, the seed, the threads."""
     check_args(args)
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     if args.cuda and device.type == "cpu":
@@ -1622,8 +1564,7 @@ def setup_torch(args: Args) -> torch.device:
 
 
 def compile_for_gpu(agent: nn.Module, envs: VecEnv):
-    """torch.compile on a GPU: the batched env's step, fused to a few kernels from some sixty (no CUDA graph: the world
-    carries over), and the networks' entry points, acting as a CUDA graph (the update's step is `GraphedStep`)."""
+    """torch.compile the batched env's step (a few kernels from some sixty) and the networks, acting as a CUDA graph."""
     if isinstance(envs, BatchedMPE):
         envs.advance = torch.compile(envs.advance)
     for name in ("act", "evaluate_actions", "get_value"):
@@ -1632,8 +1573,7 @@ def compile_for_gpu(agent: nn.Module, envs: VecEnv):
 
 
 def new_run_dir(base: str) -> str:
-    """Makes the folder of a new run: `base`, or `base_2`, `base_3`, ... where a run started in the same second has
-    taken it (os.mkdir fails on a folder that exists, also when two processes race for it)."""
+    """Makes `base`, or `base_2`, `base_3`, ... where a run started in the same second took it."""
     os.makedirs(os.path.dirname(base), exist_ok=True)
     for n in itertools.count(1):
         with contextlib.suppress(FileExistsError):
@@ -1642,8 +1582,7 @@ def new_run_dir(base: str) -> str:
 
 
 def start_logging(run_dir: str, args: Args, resumed_step: int | None):
-    """A TensorBoard writer for `run_dir` with a table of the arguments; mirrored to wandb with --track. A resumed
-    run appends to its folder (and wandb run), hiding what the stopped run logged after `resumed_step`."""
+    """TensorBoard (and wandb with --track); a resumed run hides what the stopped one logged after `resumed_step`."""
     run_name = os.path.basename(run_dir)
     if args.track:
         import wandb
@@ -1659,8 +1598,6 @@ def start_logging(run_dir: str, args: Args, resumed_step: int | None):
 
 
 def log_iteration(writer, global_step: int, sps: int, seconds: dict, lr: float, losses: dict, episode_returns, agents):
-    """Writes one iteration's scalars: `seconds` holds the wall-clock time of its rollout (acting, env steps, GAE) and
-    of its update; `episode_returns` the mean per-agent returns (n_agents,) of the episodes that ended in it, if any."""
     scalars = {"charts/SPS": sps, "charts/learning_rate": lr} | {f"losses/{k}": v for k, v in losses.items()}
     scalars |= {f"perf/{phase}_ms": 1000 * value for phase, value in seconds.items()}
     if episode_returns is not None:
@@ -1671,7 +1608,6 @@ def log_iteration(writer, global_step: int, sps: int, seconds: dict, lr: float, 
 
 
 def progress_line(progress: Progress, total_steps: int, sps: int, losses: dict, sampled: bool) -> str:
-    """Where the run is: the latest training and evaluation returns (`sampled`: of the sampling policy), losses, ETA."""
     minutes, seconds = divmod(int((total_steps - progress.global_step) / max(sps, 1)), 60)
     eta = f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{seconds:02d}s"
     return (
@@ -1682,8 +1618,7 @@ def progress_line(progress: Progress, total_steps: int, sps: int, losses: dict, 
 
 
 def run_evaluation_only(args: Args):
-    """Test mode: evaluates a saved checkpoint on mpe2 with the environment and model settings it was trained with;
-    with --capture-video the video goes to the training run's folder, at the model's training step."""
+    """Test mode: evaluates a checkpoint on mpe2 with the settings it was trained with."""
     device = setup_torch(args)
     checkpoint = load_checkpoint(args.eval_checkpoint, device)
     saved = {k: v for k, v in checkpoint["args"].items() if k in {f.name for f in dataclasses.fields(Args)}}
@@ -1696,7 +1631,7 @@ def run_evaluation_only(args: Args):
     spec = get_env_spec(args.env_id, scenario_kwargs(args))
     envs = PettingZooVecEnv(spec, args.n_eval_episodes, args.seed, device, args.async_envs, args.capture_video)
     agent, value_norm, optimizer = build_agent(envs.spec, args, device)
-    if args.eval_n_agents:  # maybe another team size: what fits it (the policy, whose input does not depend on N)
+    if args.eval_n_agents:  # another team size: what fits it (the policy, whose input does not depend on N)
         own = agent.state_dict()
         agent.load_state_dict(fits := {k: v for k, v in checkpoint["agent"].items() if v.shape == own[k].shape}, False)
         print(f"--eval-n-agents: loaded all but {sorted(own.keys() - fits.keys())} (their size depends on N)")
@@ -1721,8 +1656,8 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
 
 
 class GraphedStep:
-    """`ppo_step` as one CUDA graph, launching a step's hundreds of kernels at once. Eager steps first (Adam's state,
-    compiling), then a capture; a replay copies in the minibatch and each group's learning rate, a tensor Adam reads."""
+    """`ppo_step` as one CUDA graph: eager steps first (Adam's state, compiling), then a capture; a replay copies in
+    the minibatch and each group's learning rate, a tensor Adam reads."""
 
     def __init__(self, step, warmup_steps: int = 3):
         self.step, self.warmup_steps, self.graph = step, warmup_steps, None
