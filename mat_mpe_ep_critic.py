@@ -35,6 +35,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
+from torch import Tensor
 from torch.distributions import Categorical, Normal
 from torch.utils.tensorboard import SummaryWriter
 
@@ -112,7 +113,7 @@ class Hyperparameters:
     """every agent learns the team's mean reward, to the end of the episode even once it died"""
 
 
-MPE_SCENARIOS = ("simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4")  # batched in torch
+MPE_SCENARIOS = ("simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4")
 # Per scenario, laid over the defaults above under the flags given: the official MPE script's (train_mpe.sh, 32 rollout
 # threads for 128), or the best measured on mpe2 (docs/tuning.md, mat_mpe_ep_critic.md); CONTINUOUS_PRESETS too with
 # --continuous-actions.
@@ -153,67 +154,58 @@ def mlp_net(in_dim: int, out_dim: int, out_gain: float, args: Args) -> nn.Sequen
     return nn.Sequential(mlp(in_dim, args), layer_init(nn.Linear(args.hidden_size, out_dim), out_gain))
 
 
-def feed_forward(n_embd: int) -> nn.Sequential:
-    """The feed-forward part of a block; like every output layer here it starts small (gain 0.01)."""
+def feed_forward(n_embd):
     return nn.Sequential(layer_init(nn.Linear(n_embd, n_embd)), nn.GELU(), layer_init(nn.Linear(n_embd, n_embd), 0.01))
 
 
-def head(n_embd: int, out_dim: int) -> nn.Sequential:
-    """Output head of the encoder (values) and the decoder (logits)."""
+def head(n_embd, out_dim):
     hidden = [layer_init(nn.Linear(n_embd, n_embd)), nn.GELU(), nn.LayerNorm(n_embd)]
     return nn.Sequential(*hidden, layer_init(nn.Linear(n_embd, out_dim), 0.01))
 
 
 class Attention(nn.Module):
-    """Multi-head attention over the agent sequence; if `causal`, agent i attends to agents 0..i only.
+    """Multi-head attention, agent i seeing agents 0..i if `causal`; with a `cache` (a dict this layer fills during one
+    decoding) the inputs are the positions after the cached ones."""
 
-    Called either with the whole sequence or, with a `cache` (a dict owned by this layer for one
-    decoding), with one new position at a time: the cache keeps the keys and values of earlier positions,
-    so each call costs one position's work, and the newest position may see every cached key.
-    """
-
-    def __init__(self, n_embd: int, n_head: int, causal: bool):
+    def __init__(self, n_embd, n_head, causal):
         super().__init__()
         self.n_head, self.causal = n_head, causal
         self.query, self.key, self.value, self.proj = (layer_init(nn.Linear(n_embd, n_embd), 0.01) for _ in range(4))
 
-    def forward(self, query_in: torch.Tensor, key_value_in: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
+    def forward(self, query_in, key_value_in, cache=None):
         B, n_queries, n_embd = query_in.shape
         heads = lambda x: x.view(B, -1, self.n_head, n_embd // self.n_head).transpose(1, 2)  # noqa: E731
-        q = heads(self.query(query_in))  # (B, n_head, n_queries, head_dim)
-        k, v = heads(self.key(key_value_in)), heads(self.value(key_value_in))
+        q, k, v = heads(self.query(query_in)), heads(self.key(key_value_in)), heads(self.value(key_value_in))
         if cache is not None:
             if cache:
                 k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
             cache["k"], cache["v"] = k, v
-        causal = self.causal and n_queries > 1  # a single newest query sees all positions up to its own
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # (B, n_head, n_queries, head_dim)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal and n_queries > 1)  # 1 query: sees all
         return self.proj(y.transpose(1, 2).reshape(B, n_queries, n_embd))
 
 
 class EncodeBlock(nn.Module):
-    def __init__(self, n_embd: int, n_head: int):
+    def __init__(self, n_embd, n_head):
         super().__init__()
         self.attn, self.mlp = Attention(n_embd, n_head, causal=False), feed_forward(n_embd)
         self.ln1, self.ln2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x):
         x = self.ln1(x + self.attn(x, x))
         return self.ln2(x + self.mlp(x))
 
 
 class DecodeBlock(nn.Module):
-    """Causal self-attention over the action stream, then each agent's observation representation attends
-    to the action stream (causally: agent i sees the actions of agents before it), then an MLP."""
+    """Agent i's observation representation attends to the action tokens 0..i: those of the agents before it."""
 
-    def __init__(self, n_embd: int, n_head: int):
+    def __init__(self, n_embd, n_head):
         super().__init__()
         self.self_attn, self.obs_attn = (Attention(n_embd, n_head, causal=True) for _ in range(2))
         self.mlp = feed_forward(n_embd)
-        self.ln1, self.ln2, self.ln3 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
+        self.ln1, self.ln2, self.ln3 = (nn.LayerNorm(n_embd) for _ in range(3))
 
-    def forward(self, x: torch.Tensor, obs_rep: torch.Tensor, cache: list[dict] | None = None) -> torch.Tensor:
-        self_cache, obs_cache = cache if cache is not None else (None, None)
+    def forward(self, x, obs_rep, cache=None):
+        self_cache, obs_cache = cache or (None, None)
         x = self.ln1(x + self.self_attn(x, x, self_cache))
         x = self.ln2(obs_rep + self.obs_attn(obs_rep, x, obs_cache))
         return self.ln3(x + self.mlp(x))
@@ -223,34 +215,34 @@ class Gaussian(Normal):
     """Diagonal Gaussian of mean 0.5 + `out` over zero-padded action vectors, clipped into [0, 1]: an action on a face
     scores the mass beyond it (censored, Fujita and Maeda 2018); dims an agent lacks (`dims` False) count nothing."""
 
-    def __init__(self, out: torch.Tensor, std_logit: torch.Tensor, dims: torch.Tensor):
+    def __init__(self, out: Tensor, std_logit: Tensor, dims: Tensor):
         super().__init__(out + 0.5, torch.sigmoid(std_logit).expand_as(out), validate_args=False)
         self.dims = dims
 
-    def sample(self) -> torch.Tensor:
+    def sample(self) -> Tensor:
         return super().sample().clamp(0.0, 1.0) * self.dims
 
     @property
-    def mode(self) -> torch.Tensor:
+    def mode(self) -> Tensor:
         return self.mean.clamp(0.0, 1.0) * self.dims
 
-    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+    def log_prob(self, actions: Tensor) -> Tensor:
         below, above = (torch.special.log_ndtr(z / self.stddev) for z in (-self.mean, self.mean - 1.0))  # P(face)
         log_prob = torch.where(actions <= 0.0, below, torch.where(actions >= 1.0, above, super().log_prob(actions)))
         return (log_prob * self.dims).sum(-1)
 
-    def entropy(self) -> torch.Tensor:
+    def entropy(self) -> Tensor:
         return (super().entropy() * self.dims).sum(-1)
 
 
-def action_distribution(out: torch.Tensor, avail_actions: torch.Tensor, std_logit: torch.Tensor | None):
+def action_distribution(out: Tensor, avail_actions: Tensor, std_logit: Tensor | None):
     """Discrete (`std_logit` None): a categorical on the logits `out` over the available actions; else a `Gaussian`."""
     if std_logit is None:
         return Categorical(logits=out.masked_fill(~avail_actions, -1e10), validate_args=False)
     return Gaussian(out, std_logit, avail_actions)
 
 
-def sort_entities(x: torch.Tensor, entities: tuple) -> torch.Tensor:
+def sort_entities(x: Tensor, entities: tuple) -> Tensor:
     """x (..., F) with each group's 2-number blocks nearest first: a group (count, starts) is `count` blocks from each
     start, ordered by the first run (positions). mpe2 lists them in a fixed order, whose roles an MLP learns N times."""
     if not entities:
@@ -264,132 +256,111 @@ def sort_entities(x: torch.Tensor, entities: tuple) -> torch.Tensor:
     return x
 
 
-def nearest_columns(spec: EnvSpec, k: int) -> torch.Tensor:
-    """(6k,) columns of a sorted spread observation: velocity, position, the first k landmarks and k - 1 other agents;
-    obs_dim (a zero padded on) where there are fewer."""
+def nearest_columns(spec: EnvSpec, k: int) -> Tensor:
+    """(6k,) columns of a sorted spread observation: velocity, position, the nearest k landmarks and k - 1 agents."""
     columns = list(range(4))
     for (count, starts), keep in zip(spec.entities, (k, k - 1)):
         columns += [s + c if c < 2 * count else spec.obs_dim for s in starts for c in range(2 * keep)]
     return torch.tensor(columns)
 
 
-def in_agent_order(x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
-    """x (B, n_agents, ...) with the agents of each row b in the order `order[b]` ((B, n_agents) agent indices)."""
+def in_agent_order(x, order):
+    """x (B, n_agents, ...) with row b's agents in the order `order[b]`."""
     return x[torch.arange(len(x), device=x.device).unsqueeze(1), order]
 
 
 class MultiAgentTransformer(nn.Module):
-    """Encoder: observations -> representations; decoder: representations and earlier agents' actions -> the
-    next agent's action logits; critic: the env's state -> one value per agent."""
+    """Encoder: observations -> representations; decoder: those, earlier actions -> the next agent's; critic: values."""
 
     def __init__(self, spec: EnvSpec, args: Args):
         super().__init__()
         n_agents, n_embd = len(spec.agents), args.n_embd
-        self.obs_dim, self.action_dim, self.continuous = spec.obs_dim, spec.action_dim, spec.continuous
         self.entities = spec.entities if args.sort_entities or args.nearest_k else ()
-        obs_columns = nearest_columns(spec, args.nearest_k) if args.nearest_k else None  # (F,) or None: all
+        obs_columns = nearest_columns(spec, args.nearest_k) if args.nearest_k else None  # None: all
         self.register_buffer("obs_columns", obs_columns, persistent=False)
         self.register_buffer("agent_ids", torch.eye(n_agents)[:, : 0 if args.nearest_k else None])  # none: any N
-        in_dim = (spec.obs_dim if obs_columns is None else len(obs_columns)) + self.agent_ids.shape[1]
+        in_dim = len(obs_columns) if args.nearest_k else spec.obs_dim + n_agents
         self.obs_encoder = nn.Sequential(
             nn.LayerNorm(in_dim), layer_init(nn.Linear(in_dim, n_embd)), nn.GELU(), nn.LayerNorm(n_embd)
         )
         self.encoder_blocks = nn.Sequential(*(EncodeBlock(n_embd, args.n_head) for _ in range(args.n_block)))
-        # The decoder's input for agent i is a token of agent i-1's action; agent 0 gets a start token. Discrete: a
-        # one-hot over action_dim + 1 slots, slot 0 for the start. Continuous: the action vector, zeros for the start.
-        start_token = torch.zeros(spec.action_dim + (0 if spec.continuous else 1))
-        start_token[0] = 0.0 if spec.continuous else 1.0
-        self.register_buffer("start_token", start_token)
+        # agent 0's decoder input: zeros (continuous), or a one-hot in slot 0, before the actions' 1..action_dim
+        self.register_buffer("start_token", F.pad(torch.ones(int(not spec.continuous)), (0, spec.action_dim)))
         self.action_encoder = nn.Sequential(
-            layer_init(nn.Linear(len(start_token), n_embd, bias=False)), nn.GELU(), nn.LayerNorm(n_embd)
+            layer_init(nn.Linear(len(self.start_token), n_embd, bias=False)), nn.GELU(), nn.LayerNorm(n_embd)
         )
         self.decoder_blocks = nn.ModuleList(DecodeBlock(n_embd, args.n_head) for _ in range(args.n_block))
         self.action_head = head(n_embd, spec.action_dim)
-        self.register_parameter("std_logit", None)  # discrete actions have none
-        if spec.continuous:  # the mean starts near 0.5, the centre of the box, the std at sigmoid(2) = 0.88
-            self.std_logit = nn.Parameter(torch.full((spec.action_dim,), 2.0))
-        # mappo_mpe.py's EP critic: one pass per env on the shared state, one value head per agent (agents' returns
-        # differ without --team-reward); where the env has none (state_dim 0), its local one on each agent's input
+        self.std_logit = nn.Parameter(torch.full((spec.action_dim,), 2.0)) if spec.continuous else None  # std 0.88
+        # mappo_mpe.py's EP critic: on the state, a value head per agent; with none (state_dim 0), on each agent's input
         self.critic = mlp_net(spec.state_dim or in_dim, n_agents if spec.state_dim else 1, 1.0, args)
 
-    def agent_inputs(self, obs: torch.Tensor, agent_order: torch.Tensor | None) -> torch.Tensor:
-        """Observations (entities nearest first with --sort-entities) in sequence order with the one-hot id of the
-        agent at each position appended; `agent_order` (B, n_agents) says which agent that is (None: 0, 1, ...)."""
-        ids = self.agent_ids.expand(obs.shape[0], -1, -1) if agent_order is None else self.agent_ids[agent_order]
+    def agent_inputs(self, obs, agent_order):
+        """Observations (entities sorted) with the one-hot id of agent `agent_order[b, i]` (None: i) at position i."""
+        ids = self.agent_ids.expand(len(obs), -1, -1) if agent_order is None else self.agent_ids[agent_order]
         obs = sort_entities(obs, self.entities)
         if self.obs_columns is not None:  # the nearest K of each kind, zeros where there are fewer
             obs = F.pad(obs, (0, 1))[..., self.obs_columns]
         return torch.cat([obs, ids], dim=-1)
 
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
+    def encode(self, x):
         """Representations (B, n_agents, n_embd)."""
         return self.encoder_blocks(self.obs_encoder(x))
 
-    def get_value(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    def get_value(self, obs, state):
         """(B, n_agents) values (normalized with ValueNorm on) from the state (B, state_dim), or each agent's input."""
-        if not state.shape[-1]:  # no state: from each agent's own observation and id
+        if not state.shape[-1]:
             return self.critic(self.agent_inputs(obs, None)).flatten(1)
         if self.entities:  # spread's state joins the agents' observations: sort each one's part
             state = sort_entities(state.unflatten(-1, (len(self.agent_ids), -1)), self.entities).flatten(-2)
         return self.critic(state)
 
-    def action_tokens(self, actions: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
-        """Decoder input tokens (..., token_dim) of actions: a discrete action's one-hot in slots 1..action_dim, a
-        continuous action vector (the clipped sample, in the unit box) as it is; for an agent who has left the
-        episode a token no action gives (zeros, or -1s), so that the next agent knows it did not act."""
-        tokens = actions if self.continuous else F.one_hot(actions + 1, self.action_dim + 1).float()
-        return torch.where(alive.unsqueeze(-1), tokens, -1.0 if self.continuous else 0.0)
+    def action_tokens(self, actions, alive):
+        """A one-hot or the action vector; for an agent out of the episode, a token no action gives: it did not act."""
+        if self.std_logit is not None:
+            return torch.where(alive.unsqueeze(-1), actions, -1.0)
+        return torch.where(alive.unsqueeze(-1), F.one_hot(actions + 1, len(self.start_token)).float(), 0.0)
 
-    def shift_actions(self, actions: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
-        """Decoder inputs (B, n_agents, token_dim) of joint actions, for teacher forcing: the start token for agent 0,
-        the token of agent i-1's action for agent i."""
-        start = self.start_token.expand(actions.shape[0], 1, -1)
+    def shift_actions(self, actions, alive):
+        """Teacher-forced decoder inputs: the start token, then agent i-1's action token for agent i."""
+        start = self.start_token.expand(len(actions), 1, -1)
         return torch.cat([start, self.action_tokens(actions[:, :-1], alive[:, :-1])], dim=1)
 
-    def decode(self, shifted_actions: torch.Tensor, obs_rep: torch.Tensor, cache: list | None = None) -> torch.Tensor:
-        """Head outputs (B, L, action_dim), unmasked logits or Gaussian means, for L positions; with a cache, the L
-        positions follow the cached ones."""
+    def decode(self, shifted_actions, obs_rep, cache=None):
+        """(B, L, action_dim) logits or Gaussian means of L positions (with a cache, those after it)."""
         x = self.action_encoder(shifted_actions)
         for i, block in enumerate(self.decoder_blocks):
             x = block(x, obs_rep, None if cache is None else cache[i])
         return self.action_head(x)
 
-    def decode_autoregressive(
-        self, obs_rep: torch.Tensor, avail: torch.Tensor, alive: torch.Tensor, deterministic: bool
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Agent by agent: actions (B, n_agents), or (B, n_agents, action_dim) if continuous, and their log-probs
-        (B, n_agents). A key/value cache feeds only agent i's position through the decoder at step i; the official
-        code re-decodes the whole sequence each step, which gives the same outputs at quadratic cost (tested)."""
+    def decode_autoregressive(self, obs_rep, avail, alive, deterministic):
+        """Agent by agent, with a cache; the official code re-decodes the whole sequence each step (same outputs)."""
         B, n_agents, _ = obs_rep.shape
-        shifted = self.start_token.repeat(B, n_agents, 1)  # (B, n_agents, token_dim), filled in as agents act
+        shifted = self.start_token.repeat(B, n_agents, 1)  # filled in as agents act
         actions, logprobs = [], []
         cache = [[{}, {}] for _ in self.decoder_blocks]
         for i in range(n_agents):
             out = self.decode(shifted[:, i : i + 1], obs_rep[:, i : i + 1], cache)[:, 0]
             dist = action_distribution(out, avail[..., i, :], self.std_logit)
-            action = dist.mode if deterministic else dist.sample()
-            actions.append(action)
-            logprobs.append(dist.log_prob(action))
+            actions.append(dist.mode if deterministic else dist.sample())
+            logprobs.append(dist.log_prob(actions[-1]))
             if i + 1 < n_agents:
-                shifted[:, i + 1] = self.action_tokens(action, alive[:, i])
+                shifted[:, i + 1] = self.action_tokens(actions[-1], alive[:, i])
         return torch.stack(actions, dim=1), torch.stack(logprobs, dim=1)
 
-    def act(self, obs, alive, avail, deterministic: bool = False, agent_order: torch.Tensor | None = None):
-        """Actions and their log-probabilities, both (B, n_agents), of the agents in their episodes (`alive`), each
-        among its available actions (`avail` (B, n_agents, action_dim)), decoded in `agent_order` (B, n_agents; None:
-        0, 1, ...) and given in the agents' own order."""
+    def act(self, obs, alive, avail, deterministic=False, agent_order=None):
+        """Actions and log-probs (B, n_agents), decoded in `agent_order` (None: 0, 1, ...), in the agents' own order."""
         if agent_order is not None:
             obs, alive, avail = (in_agent_order(x, agent_order) for x in (obs, alive, avail))
-        x = self.agent_inputs(obs, agent_order)
-        actions, logprobs = self.decode_autoregressive(self.encode(x), avail, alive, deterministic)
+        obs_rep = self.encode(self.agent_inputs(obs, agent_order))
+        actions, logprobs = self.decode_autoregressive(obs_rep, avail, alive, deterministic)
         if agent_order is None:
             return actions, logprobs
         return tuple(in_agent_order(x, agent_order.argsort(dim=1)) for x in (actions, logprobs))
 
-    def evaluate_actions(self, obs, actions, alive, avail, agent_order: torch.Tensor | None = None):
-        """Log-probs and entropies, both (B, n_agents), of given joint actions in one teacher-forced pass."""
-        x = self.agent_inputs(obs, agent_order)  # the samples' avail are in that order already
-        obs_rep = self.encode(x)
+    def evaluate_actions(self, obs, actions, alive, avail, agent_order=None):
+        """Log-probs and entropies (B, n_agents) of joint actions, all inputs already in `agent_order`."""
+        obs_rep = self.encode(self.agent_inputs(obs, agent_order))
         dist = action_distribution(self.decode(self.shift_actions(actions, alive), obs_rep), avail, self.std_logit)
         return dist.log_prob(actions), dist.entropy()
 
@@ -398,8 +369,7 @@ class MultiAgentTransformer(nn.Module):
 
 
 class ValueNorm(nn.Module):
-    """Running mean and variance of the returns, debiased exponential averages (official MAPPO); identity if not
-    `enabled` (--no-use-valuenorm)."""
+    """Running mean and variance of the returns (official MAPPO's debiased averages); identity if not `enabled`."""
 
     def __init__(self, enabled: bool = True, beta: float = 0.99999, epsilon: float = 1e-5, min_var: float = 1e-2):
         super().__init__()
@@ -407,7 +377,7 @@ class ValueNorm(nn.Module):
         for name in ("running_mean", "running_mean_sq", "debiasing_term"):
             self.register_buffer(name, torch.zeros(()))
 
-    def mean_var(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def mean_var(self) -> tuple[Tensor, Tensor]:
         if not self.enabled:
             return torch.zeros(()), torch.ones(())
         debias = self.debiasing_term.clamp(min=self.epsilon)
@@ -416,7 +386,7 @@ class ValueNorm(nn.Module):
         return mean, var
 
     @torch.no_grad()
-    def update(self, x: torch.Tensor, steps: int = 1):
+    def update(self, x: Tensor, steps: int = 1):
         """`steps` updates on x at once, as the official codes make one a minibatch (docs/implementation.md)."""
         if not self.enabled:
             return
@@ -425,11 +395,11 @@ class ValueNorm(nn.Module):
         self.running_mean_sq.mul_(decay).add_((x**2).mean() * (1 - decay))
         self.debiasing_term.mul_(decay).add_(1 - decay)
 
-    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+    def normalize(self, x: Tensor) -> Tensor:
         mean, var = self.mean_var()
         return (x - mean) / var.sqrt()
 
-    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+    def denormalize(self, x: Tensor) -> Tensor:
         mean, var = self.mean_var()
         return x * var.sqrt() + mean
 
@@ -446,18 +416,18 @@ class RolloutBuffer:
         self.obs = zeros(T + 1, n_envs, n_agents, spec.obs_dim)
         self.state = zeros(T + 1, n_envs, spec.state_dim)
         self.alive = torch.ones(T + 1, n_envs, n_agents, dtype=torch.bool, device=device)  # in the episode at t
-        self.avail = torch.ones(T + 1, n_envs, n_agents, spec.action_dim, dtype=torch.bool, device=device)  # actions
+        self.avail = torch.ones(T + 1, n_envs, n_agents, spec.action_dim, dtype=torch.bool, device=device)
         self.values = zeros(T + 1, n_envs, n_agents)  # denormalized: on the scale of the returns
         action_shape, action_type = ((spec.action_dim,), torch.float32) if spec.continuous else ((), torch.long)
         self.actions = zeros(T, n_envs, n_agents, *action_shape, dtype=action_type)
-        self.logprobs, self.rewards = zeros(T, n_envs, n_agents), zeros(T, n_envs, n_agents)  # each agent's own reward
+        self.logprobs, self.rewards = zeros(T, n_envs, n_agents), zeros(T, n_envs, n_agents)
         self.terminated, self.truncated = (zeros(T, n_envs, n_agents, dtype=torch.bool) for _ in range(2))
         self.final_obs = zeros(T, n_envs, n_agents, spec.obs_dim)  # last obs of an episode that ended at t
         self.final_state = zeros(T, n_envs, spec.state_dim)
         self.final_values = zeros(T, n_envs, n_agents)  # their values, to bootstrap truncated episodes
         self.agent_order = None  # with --shuffle-agents (T, n_envs, n_agents): each step's decoding order
 
-    def insert(self, t: int, actions: torch.Tensor, logprobs: torch.Tensor, step: StepResult):
+    def insert(self, t: int, actions: Tensor, logprobs: Tensor, step: StepResult):
         self.actions[t], self.logprobs[t], self.rewards[t] = actions, logprobs, step.rewards
         self.terminated[t], self.truncated[t] = step.terminated, step.truncated
         self.obs[t + 1], self.state[t + 1], self.alive[t + 1] = step.obs, step.state, step.alive
@@ -474,9 +444,8 @@ class RolloutBuffer:
 
 
 def compute_gae(buffer: RolloutBuffer, gamma: float, gae_lambda: float, team_reward: bool):
-    """Advantages and returns (T, n_envs, n_agents). A truncated episode bootstraps from its final observation's value,
-    a terminated one from zero. With `team_reward` an agent's episode ends with the env's, as in the official codes:
-    one that died goes on earning the team's rewards."""
+    """Advantages and returns (T, n_envs, n_agents); a truncated episode bootstraps from its final value. With
+    `team_reward` an agent's episode ends with the env's: one that died goes on earning the team's rewards."""
     rewards, values, terminated, truncated = buffer.rewards, buffer.values, buffer.terminated, buffer.truncated
     if team_reward:
         rewards = rewards.mean(dim=-1, keepdim=True).expand_as(rewards)
@@ -493,7 +462,7 @@ def compute_gae(buffer: RolloutBuffer, gamma: float, gae_lambda: float, team_rew
     return advantages, advantages + values[:-1]
 
 
-def masked_mean(x: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
+def masked_mean(x: Tensor, alive: Tensor) -> Tensor:
     """Mean of x (..., n_agents) over the agents in their episode."""
     return (x * alive).sum() / alive.sum().clamp(min=1)
 
@@ -501,7 +470,7 @@ def masked_mean(x: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------- PPO update -----------------------------------------------------------------
 
 
-def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip: float) -> tuple[torch.Tensor, dict]:
+def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip: float) -> tuple[Tensor, dict]:
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
     surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip, 1 + clip) * advantages)
@@ -511,9 +480,8 @@ def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip: float) -> 
     return -masked_mean(surrogate, alive), stats
 
 
-def value_loss_fn(values, old_values, returns, alive, args: Args) -> torch.Tensor:
-    """Huber loss of normalized values, PPO-clipped with --clipped-value-loss; with the team's reward a dead agent's
-    return is the team's until the end, so it counts."""
+def value_loss_fn(values, old_values, returns, alive, args: Args) -> Tensor:
+    """Huber loss of normalized values, PPO-clipped; with the team's reward a dead agent's return still counts."""
     loss = F.huber_loss(values, returns, reduction="none", delta=args.huber_delta)
     if args.clipped_value_loss:
         values_clipped = old_values + (values - old_values).clamp(-args.clip, args.clip)
@@ -555,7 +523,7 @@ def ppo_update(
     flat = lambda x: x.flatten(0, 1)  # (T, n_envs, ...) -> (T * n_envs, ...)  # noqa: E731
     old_values = value_norm.normalize(buffer.values[:-1])  # the critic's outputs when acting: the clip's centre
     learned = returns[buffer.alive[:-1] | args.team_reward]  # the returns the critic learns (value_loss_fn)
-    passes = args.ppo_epoch or (10 if args.gamma >= 0.99 else 3)  # 0: long horizons need more (Hyperparameters)
+    passes = args.ppo_epoch or (10 if args.gamma >= 0.99 else 3)
     value_norm.update(learned, steps=passes * args.num_mini_batch)  # as often as the official codes
     alive_advantages = advantages[buffer.alive[:-1]]
     advantages = (advantages - alive_advantages.mean()) / (alive_advantages.std() + 1e-5)
@@ -574,13 +542,13 @@ def build_agent(spec: EnvSpec, args: Args, device: torch.device):
     value_norm = ValueNorm(args.use_valuenorm).to(device)
     transformer = [p for name, p in agent.named_parameters() if not name.startswith("critic.")]
     groups = [{"params": transformer, "lr": args.lr}, {"params": agent.critic.parameters(), "lr": args.critic_lr}]
-    optimizer = torch.optim.Adam(groups, eps=1e-5, fused=True)  # one kernel for all parameters
+    optimizer = torch.optim.Adam(groups, eps=1e-5, fused=True)
     return agent, value_norm, optimizer
 
 
 def main(args: Args) -> dict:
     """Iterations of a rollout, its advantages and the PPO update; `TrainingRun` (below the banner) does the rest."""
-    if args.eval_checkpoint is not None:  # test mode: evaluate a saved model, train nothing
+    if args.eval_checkpoint is not None:
         run_evaluation_only(args)
         return {}
     with TrainingRun(args) as run:
@@ -589,7 +557,7 @@ def main(args: Args) -> dict:
         agent, value_norm, optimizer = build_agent(spec, args, device)
         initial_lrs = [group["lr"] for group in optimizer.param_groups]  # before a resume loads decayed ones
         buffer = RolloutBuffer(T, n_envs, spec, device)
-        progress = run.start(agent, value_norm, optimizer, buffer)  # a resumed run: where it stopped
+        progress = run.start(agent, value_norm, optimizer, buffer)
 
         for iteration in range(progress.iteration + 1, run.num_iterations + 1):
             if args.linear_lr_decay:
@@ -682,7 +650,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
     argv = sys.argv[1:] if argv is None else argv
     for start in [i + 1 for i, arg in enumerate(argv) if arg in ("--env-kwargs", "--env_kwargs")]:
         count = next((n for n, arg in enumerate(argv[start:]) if arg.startswith("--")), len(argv) - start)
-        if count % 2:  # else tyro's own message, a box of nine lines
+        if count % 2:
             raise SystemExit(f"error: --env-kwargs takes name-value pairs, not {count} values")
     chosen, _ = tyro.cli(Args, args=argv, return_unknown_args=True, add_help=False)
     for flag in {"--n-agents", "--max-cycles"} & {arg.split("=")[0].replace("_", "-") for arg in argv}:
@@ -695,8 +663,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
 
 
 class TrainingRun(contextlib.AbstractContextManager):
-    """All a training run does besides learning: the envs, the run folder and logs, resume, signals, evaluations,
-    checkpoints, the end on an env's fault (the last update kept) and the summary."""
+    """All a training run does besides learning: envs, logs, resume, signals, evaluations, checkpoints, faults."""
 
     def __init__(self, args: Args):
         self.device = device = setup_torch(args)
@@ -728,7 +695,7 @@ class TrainingRun(contextlib.AbstractContextManager):
         run_dir = f"runs/{args.env_id.replace(':', '.')}__{args.exp_name}__{args.seed}__{int(time.time())}"
         self.run_dir = os.path.dirname(os.path.abspath(args.resume)) if args.resume else new_run_dir(run_dir)
         self.progress = Progress(**checkpoint["progress"]) if checkpoint else Progress(iteration=0, global_step=0)
-        self.running_returns = torch.zeros(n_envs, len(spec.agents), device=device)  # of the episodes under way
+        self.running_returns = torch.zeros(n_envs, len(spec.agents), device=device)
         self.writer = start_logging(self.run_dir, args, checkpoint and checkpoint["global_step"])
         self.signal, stops = None, (signal.SIGINT, signal.SIGTERM)
         self.handlers = {s: signal.signal(s, self.request_stop) for s in stops}
@@ -755,12 +722,13 @@ class TrainingRun(contextlib.AbstractContextManager):
             self.evaluate()
         return self.progress
 
-    def end_iteration(self, iteration: int, losses: dict, returns: torch.Tensor, update_start: float) -> bool:
+    def end_iteration(self, iteration: int, losses: dict, returns: Tensor, update_start: float) -> bool:
         """After an update: its log, and when due an evaluation, a progress line, a checkpoint; True: a stop."""
         args, progress, buffer, batch = self.args, self.progress, self.buffer, self.batch
         seconds = {"rollout": update_start - self.rollout_start, "update": time.time() - update_start}
-        alive = buffer.alive[:-1]
-        losses["explained_variance"] = explained_variance(buffer.values[:-1][alive], returns[alive])
+        values, returns = buffer.values[:-1][buffer.alive[:-1]], returns[buffer.alive[:-1]]
+        var = returns.var()
+        losses["explained_variance"] = float("nan") if var == 0 else (1 - (returns - values).var() / var).item()
         progress.iteration, global_step, self.losses = iteration, progress.global_step, losses
         sps = int((global_step - self.start_step) / (time.time() - self.start_time))
         ended_returns = self.ended_episode_returns()
@@ -810,11 +778,11 @@ class TrainingRun(contextlib.AbstractContextManager):
     def __exit__(self, kind, error, trace):
         """An env's fault: one error line, the last update kept; a stop: how to go on; else the summary line."""
         self.writer.close()
-        self.request_stop(self.signal)  # the handlers back; a stop requested stays so
+        self.request_stop(self.signal)
         progress, run_dir, resume = self.progress, self.run_dir, f"--resume {self.run_dir}/checkpoint.pt"
         if isinstance(error, EnvError):
             line = f"error: {error} at env step {progress.global_step:,}"
-            if progress.iteration * self.batch > (self.checkpoint or {}).get("global_step", 0):  # an update of ours
+            if progress.iteration * self.batch > (self.checkpoint or {}).get("global_step", 0):
                 progress.global_step = progress.iteration * self.batch  # where the last update left it
                 self.save("checkpoint.pt", **training_state(self))
                 line += f"; the run up to step {progress.global_step:,} is kept: fix the env, add {resume}"
@@ -849,7 +817,7 @@ class EnvSpec(NamedTuple):
     episode_limit: int  # steps before a time limit ends an episode; 0: none met
     entities: tuple  # groups of interchangeable entities in the observation (`sort_entities`; spread only)
     env_id: str
-    scenario: dict  # the keyword arguments that make the env
+    scenario: dict
 
 
 def scenario_kwargs(args: Args) -> dict:
@@ -863,7 +831,7 @@ def scenario_kwargs(args: Args) -> dict:
 
 def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
     """The PettingZoo parallel env: mpe2's for an MPE scenario, else what `env_id` names (a module, class, function)."""
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # a video renders headless
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     module, rendering = f"mpe2.{env_id}" if env_id in MPE_SCENARIOS else env_id, {"render_mode": render_mode}
     try:
         maker = import_path(module)
@@ -897,9 +865,9 @@ def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
     random.seed(0)  # the probe plays the same way every time, also an env that draws from these generators
     np.random.seed(0)
     env = make_env(env_id, scenario)
-    first = call_env(env_id, env, "reset", seed=0)  # (observations, infos)
+    first = call_env(env_id, env, "reset", seed=0)
     agents, box = env.possible_agents, lambda s: isinstance(s, gymnasium.spaces.Box) and np.prod(s.shape) <= MAX_INPUTS
-    counts = (gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete, gymnasium.spaces.MultiBinary)  # one-hot
+    counts = (gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete, gymnasium.spaces.MultiBinary)
     obs_spaces, action_spaces = [env.observation_space(a) for a in agents], [env.action_space(a) for a in agents]
     in_obs = all(isinstance(s, gymnasium.spaces.Dict) and "action_mask" in s.spaces for s in obs_spaces)
     masks = "observation" if in_obs else "info" if any("action_mask" in first[1].get(a, {}) for a in agents) else ""
@@ -920,7 +888,7 @@ def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
             "--env-id), all Discrete or all bounded 1-D Box actions, and every agent from the start of an episode"
         )
     action_dims = [s.shape[0] if continuous else int(s.n) for s in action_spaces]
-    avail = np.arange(max(action_dims)) < np.array(action_dims)[:, None]  # (n_agents, action_dim)
+    avail = np.arange(max(action_dims)) < np.array(action_dims)[:, None]
     entities = ()
     if env_id == "simple_spread_v3":  # [vel, pos, N landmarks, N - 1 other agents, their messages], 2 numbers each
         n, others = len(agents), 4 + 2 * len(agents)
@@ -930,20 +898,19 @@ def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
     return probe_env(spec, env, first, state_space if box(state_space) else None)
 
 
-TIME_LIMITS = ("max_cycles", "max_steps", "max_episode_steps", "episode_limit", "time_limit", "limit")  # attributes
+TIME_LIMITS = ("max_cycles", "max_steps", "max_episode_steps", "episode_limit", "time_limit", "limit")
 
 
 def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
-    """Plays up to 400 seeded random steps from `first` (observations, infos) as training calls the env, for `spec`'s
-    time limit (an attribute in TIME_LIMITS, else measured), state (`state_space`'s where state() answers throughout,
-    else the observations joined) and action masks (also from step() alone)."""
+    """Plays up to 400 seeded random steps from `first` (observations, infos) as training calls the env: its time
+    limit, whether state() answers throughout (else the observations joined), action masks from step() alone."""
     env_id, (observations, infos), sizes = spec.env_id, first, spec.avail_actions.sum(axis=1)
     problem = None if state_space else f"--env-id {env_id}: it has no Box state_space of at most {MAX_INPUTS} numbers"
     truncated, length = False, 0
     spec = spec._replace(has_state=True, state_dim=int(np.prod(state_space.shape))) if state_space else spec
     joint_actions = gymnasium.spaces.Tuple([env.action_space(a) for a in spec.agents], seed=0)
     for _ in range(400):
-        if not env.agents:  # the agents left (died): the next episode
+        if not env.agents:
             (observations, infos), length = call_env(env_id, env, "reset"), 0
         try:  # as training: at a reset and while any agent plays
             if problem is None:
@@ -969,7 +936,7 @@ def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
         critic = "the observations joined" if joined <= MAX_INPUTS else f"each agent's observation ({joined:,} joined)"
         print(f"warning: {problem}; the critic takes {critic}")
         spec = spec._replace(has_state=False, state_dim=joined if joined <= MAX_INPUTS else 0)
-    unwrapped = getattr(env, "unwrapped", env)  # a class with PettingZoo's methods need not have it
+    unwrapped = getattr(env, "unwrapped", env)
     kept = [n for name in TIME_LIMITS if isinstance(n := getattr(unwrapped, name, None), int) and n > 0]
     return spec._replace(episode_limit=(kept + [length if truncated else 0])[0])
 
@@ -980,7 +947,7 @@ def env_state(spec: EnvSpec, env, obs: np.ndarray | None) -> np.ndarray:
     state = np.asarray(call_env(spec.env_id, env, "state") if spec.has_state else joined, dtype=np.float32).ravel()
     if (size := state.size) != spec.state_dim:
         raise EnvError(f"--env-id {spec.env_id}: its state() has {size} numbers, its state_space {spec.state_dim}")
-    if spec.has_state and not np.isfinite(state).all():  # (joined observations are checked as observations)
+    if spec.has_state and not np.isfinite(state).all():
         raise EnvError(f"--env-id {spec.env_id}: its state() returned a NaN or infinity")
     return state
 
@@ -1002,20 +969,20 @@ def read_masks(spec: EnvSpec, observations: dict, infos: dict, alive: np.ndarray
 
 
 class StepResult(NamedTuple):
-    """What `VecEnv.step` gives: the next step's input, and what the step did."""
+    """What `VecEnv.step` gives, per env and agent: the next step's input, and what the step did."""
 
-    obs: torch.Tensor  # (n_envs, n_agents, obs_dim), already reset where an episode ended
-    state: torch.Tensor  # (n_envs, state_dim)
-    rewards: torch.Tensor  # (n_envs, n_agents)
-    terminated: torch.Tensor  # (n_envs, n_agents) bool
-    truncated: torch.Tensor  # (n_envs, n_agents) bool
-    final_obs: torch.Tensor  # (n_envs, n_agents, obs_dim): the step's observation, before a reset
-    final_state: torch.Tensor  # (n_envs, state_dim): likewise
-    alive: torch.Tensor  # (n_envs, n_agents) bool: the agents in the episode of `obs`, who act on it
-    avail: torch.Tensor  # (n_envs, n_agents, action_dim) bool: the actions each agent may take on `obs`
+    obs: Tensor  # (n_envs, n_agents, obs_dim), already reset where an episode ended
+    state: Tensor  # (n_envs, state_dim)
+    rewards: Tensor  # (n_envs, n_agents), as terminated and truncated (bool)
+    terminated: Tensor
+    truncated: Tensor
+    final_obs: Tensor  # the step's observation and state, before a reset
+    final_state: Tensor
+    alive: Tensor  # (n_envs, n_agents) bool: the agents in the episode of `obs`, who act on it
+    avail: Tensor  # (n_envs, n_agents, action_dim) bool: the actions each agent may take on `obs`
 
     @property
-    def ended(self) -> torch.Tensor:
+    def ended(self) -> Tensor:
         """(n_envs,) bool: the env's episode is over (and the env was reset)."""
         return (self.terminated | self.truncated).all(dim=1)
 
@@ -1029,8 +996,8 @@ class VecEnv(Protocol):
     keeps_episodes: bool  # whether `load_state_dict` puts back the episodes under way; else new ones begin
 
     def reset(self): ...
-    def observe(self) -> tuple[torch.Tensor, ...]: ...  # (obs, state, alive, avail): the next input
-    def step(self, actions: torch.Tensor) -> StepResult: ...  # actions (n_envs, n_agents) or unit-box vectors
+    def observe(self) -> tuple[Tensor, ...]: ...  # (obs, state, alive, avail): the next input
+    def step(self, actions: Tensor) -> StepResult: ...  # actions (n_envs, n_agents) or unit-box vectors
     def state_dict(self) -> dict: ...
     def load_state_dict(self, state: dict): ...
 
@@ -1062,7 +1029,7 @@ class BatchedMPE:
         elif self.env_id == "simple_speaker_listener_v4":
             self.n_landmarks, self.dim_c, movable, speaks = 3, 3, [False, True], [True, False]
             colours = [[0.65, 0.15, 0.15], [0.15, 0.65, 0.15], [0.15, 0.15, 0.65]]
-        else:  # simple_reference_v3
+        else:
             self.n_landmarks, self.dim_c, movable, speaks = 3, 10, [True, True], [True, True]
             colours = [[0.75, 0.25, 0.25], [0.25, 0.75, 0.25], [0.25, 0.25, 0.75]]
         self.colours, self.movable = torch.tensor(colours, device=device), torch.tensor(movable, device=device)
@@ -1073,13 +1040,13 @@ class BatchedMPE:
         zeros = lambda *shape, dtype=None: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
         self.pos, self.vel = zeros(n_envs, n_agents + self.n_landmarks, 2), zeros(n_envs, n_agents, 2)
         self.comm, self.goal = zeros(n_envs, n_agents, self.dim_c), zeros(n_envs, n_agents, dtype=torch.long)
-        self.steps = torch.zeros(n_envs, dtype=torch.long)  # on the CPU
+        self.steps = torch.zeros(n_envs, dtype=torch.long)
         self.alive = torch.ones(n_envs, n_agents, dtype=torch.bool, device=device)  # no agent leaves an episode early
         self.never = torch.zeros_like(self.alive)  # terminated (no scenario ends early), or truncated between ends
         self.avail = torch.as_tensor(spec.avail_actions, device=device).expand(n_envs, -1, -1)
         self.generator = torch.Generator().manual_seed(seed)
 
-    def action_table(self, movable: list[bool], speaks: list[bool]) -> torch.Tensor:
+    def action_table(self, movable: list[bool], speaks: list[bool]) -> Tensor:
         """(n_agents, action_dim, 2 + dim_c): the [force, message] of each discrete action, or the matrix that maps an
         action vector to them (mpe2's `_set_action`: a move times 5, discrete action = move + 5 * message)."""
         table = torch.zeros(self.n_agents, self.spec.action_dim, 2 + self.dim_c)
@@ -1101,7 +1068,7 @@ class BatchedMPE:
     def reset(self):
         self.reset_envs(torch.ones(self.n_envs, dtype=torch.bool))
 
-    def reset_envs(self, envs: torch.Tensor):
+    def reset_envs(self, envs: Tensor):
         """New episodes in the envs marked in `envs` (n_envs,) bool on the CPU, as mpe2's `reset_world`."""
         pos = torch.rand(self.pos.shape, generator=self.generator) * 2 - 1
         goal = torch.randint(self.n_landmarks, self.goal.shape, generator=self.generator)
@@ -1111,7 +1078,7 @@ class BatchedMPE:
         self.vel, self.comm = self.vel * keep, self.comm * keep
         self.goal = torch.where(keep[:, 0], self.goal, goal.to(self.device))
 
-    def step(self, actions: torch.Tensor) -> StepResult:
+    def step(self, actions: Tensor) -> StepResult:
         """Every env one step on with actions (n_envs, n_agents), or vectors (n_envs, n_agents, action_dim)."""
         if self.continuous and not torch.isfinite(actions).all():  # the one wait for the device, continuous only
             raise SystemExit("error: the policy gave a continuous action that is NaN or infinite (it diverged)")
@@ -1125,7 +1092,7 @@ class BatchedMPE:
             truncated = ended.to(self.device)[:, None].expand(-1, self.n_agents)
         return StepResult(obs, state, rewards, self.never, truncated, final_obs, final_state, self.alive, self.avail)
 
-    def advance(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def advance(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The world one step on (mpe2's `World.step`): its rewards, observations and state."""
         if self.continuous:  # clipped into the box as mpe2 clips them
             effects = torch.einsum("eia,iac->eic", actions.clamp(0.0, 1.0), self.action_effects)
@@ -1138,7 +1105,7 @@ class BatchedMPE:
         relative, dist = self.relative_positions()
         return self.rewards(relative, dist), *self.observations(relative)
 
-    def contact_forces(self) -> torch.Tensor:
+    def contact_forces(self) -> Tensor:
         """(n_envs, n_agents, 2): mpe2's soft contact forces between spread's agents, at any distance."""
         agents = self.pos[:, : self.n_agents]
         delta = agents[:, :, None] - agents[:, None]  # (n_envs, n_agents, n_agents, 2): p_i - p_k
@@ -1147,21 +1114,21 @@ class BatchedMPE:
         forces = CONTACT_FORCE * penetration / dist * delta  # NaN for an agent and itself (0 / 0)
         return forces.nan_to_num_(0.0).sum(dim=2)
 
-    def integrate(self, force: torch.Tensor):
+    def integrate(self, force: Tensor):
         """mpe2's `integrate_state`: a movable agent moves at its old velocity, then damps and accelerates (mass 1)."""
         agents, landmarks, moves = self.pos[:, : self.n_agents], self.pos[:, self.n_agents :], self.movable[:, None]
         self.pos = torch.cat([agents + self.vel * DT * moves, landmarks], dim=1)
         self.vel = torch.where(moves, self.vel * (1 - DAMPING) + force * DT, self.vel)
 
-    def relative_positions(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def relative_positions(self) -> tuple[Tensor, Tensor]:
         """(n_envs, n_agents, n_entities, 2) with [.., i, j] = p_j - p_i, and the distances."""
         relative = self.pos[:, None] - self.pos[:, : self.n_agents, None]
         return relative, torch.linalg.vector_norm(relative, dim=-1)
 
-    def observe(self) -> tuple[torch.Tensor, ...]:
+    def observe(self) -> tuple[Tensor, ...]:
         return *self.observations(), self.alive, self.avail
 
-    def observations(self, relative: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def observations(self, relative: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Observations (n_envs, n_agents, obs_dim) as each scenario's `observation`, zero-padded, and the state."""
         relative = self.relative_positions()[0] if relative is None else relative
         N = self.n_agents
@@ -1174,13 +1141,13 @@ class BatchedMPE:
             return obs, torch.cat([speaker, listener], dim=-1)
         if self.env_id == "simple_reference_v3":  # goal colour: the landmark the other agent should reach
             parts = [self.vel, landmarks.flatten(2), self.colours[self.goal], messages.flatten(2)]
-        else:  # spread
+        else:
             others = relative[:, self.agent_rows[:, None], self.others]  # (n_envs, n_agents, n_agents - 1, 2)
             parts = [self.vel, self.pos[:, :N], landmarks.flatten(2), others.flatten(2), messages.flatten(2)]
         obs = torch.cat(parts, dim=-1)
         return obs, obs.flatten(1)
 
-    def rewards(self, relative: torch.Tensor, dist: torch.Tensor) -> torch.Tensor:
+    def rewards(self, relative: Tensor, dist: Tensor) -> Tensor:
         """(n_envs, n_agents): each scenario's `reward`, mixed with its `global_reward` by mpe2's local ratio."""
         N = self.n_agents
         if self.env_id == "simple_speaker_listener_v4":  # both: minus the listener's squared distance to the goal
@@ -1216,8 +1183,8 @@ def call_env(env_id: str, env, method: str, *args, **kwargs):
 
 
 class PettingZooEnv(gymnasium.Env):
-    """A PettingZoo parallel env as a gymnasium env of observations (n_agents, obs_dim), flattened and zero-padded; the
-    info holds the rest of a `StepResult`. It begins its next episode itself, so gymnasium's autoreset never acts."""
+    """A PettingZoo parallel env as a gymnasium env of observations (n_agents, obs_dim), the rest of a `StepResult` in
+    its info. It begins its next episode itself, so gymnasium's autoreset never acts."""
 
     def __init__(self, spec: EnvSpec, render_mode: str | None = None):
         self.env, self.env_id, self.env_spec = make_env(spec.env_id, spec.scenario, render_mode), spec.env_id, spec
@@ -1294,8 +1261,7 @@ class PettingZooEnv(gymnasium.Env):
 
 
 class PettingZooVecEnv:
-    """`VecEnv` of `n_envs` `PettingZooEnv`s in gymnasium's SyncVectorEnv, or AsyncVectorEnv's worker processes; env k
-    begins with the seed `seed + k`."""
+    """`VecEnv` of `PettingZooEnv`s in gymnasium's SyncVectorEnv or AsyncVectorEnv; env k seeded with `seed + k`."""
 
     keeps_episodes = False  # a resumed run begins new episodes, seeded from the steps
 
@@ -1311,17 +1277,17 @@ class PettingZooVecEnv:
         obs, info = call_env(self.spec.env_id, self.envs, "reset", seed=self.seed if seed is None else seed)
         self.current = self.tensors("reset", obs, info["state"], info["alive"], info["avail"])
 
-    def observe(self) -> tuple[torch.Tensor, ...]:
+    def observe(self) -> tuple[Tensor, ...]:
         return self.current
 
-    def step(self, actions: torch.Tensor) -> StepResult:
+    def step(self, actions: Tensor) -> StepResult:
         obs, _, _, _, info = call_env(self.spec.env_id, self.envs, "step", actions.cpu().numpy())
         self.steps += 1
         self.current = self.tensors("step", obs, info["state"], info["alive"], info["avail"])
         rest = self.tensors("step", *map(info.get, ("rewards", "terminated", "truncated", "last_obs", "last_state")))
         return StepResult(*self.current[:2], *rest, *self.current[2:])
 
-    def tensors(self, call: str, *arrays: np.ndarray) -> tuple[torch.Tensor, ...]:
+    def tensors(self, call: str, *arrays: np.ndarray) -> tuple[Tensor, ...]:
         if not all(np.isfinite(x).all() for x in arrays):
             raise EnvError(f"--env-id {self.spec.env_id}: its {call}() returned a NaN or infinity")
         return tuple(torch.as_tensor(x, device=self.device) for x in arrays)
@@ -1384,7 +1350,7 @@ def load_checkpoint(path: str, device: torch.device) -> dict:
     except Exception:
         with open(path, "rb") as f:
             head = f.read(4096)
-        text = head.decode("utf-8", errors="ignore").encode() == head  # UTF-8 throughout
+        text = head.decode("utf-8", errors="ignore").encode() == head
         what = "is a text file" if text else "is a binary file that torch.save did not write"
         if head.startswith(b"PK\x03\x04"):  # torch.save writes a zip archive
             what = "starts like a torch checkpoint but is truncated or damaged"
@@ -1442,12 +1408,12 @@ def check_resume(args: Args, checkpoint: dict):
 class Progress:
     """Where a training run is; a training checkpoint keeps it."""
 
-    iteration: int  # iterations done
+    iteration: int
     global_step: int
     best_eval: float = -np.inf
-    eval_return: float = float("nan")  # the latest evaluation's
+    eval_return: float = float("nan")
     eval_step: int = 0  # where it was: one that an env fault stopped is due again after a resume
-    train_return: float = float("nan")  # the mean return of the latest episodes that ended
+    train_return: float = float("nan")
 
 
 def due(step: int, interval: int, since: int) -> bool:
@@ -1461,7 +1427,7 @@ def training_state(run: TrainingRun) -> dict:
     return {
         "progress": dataclasses.asdict(run.progress),
         "env": run.envs.state_dict(),
-        "episode_returns": run.running_returns,  # of the episodes under way
+        "episode_returns": run.running_returns,
         "rng_states": {"torch": torch.get_rng_state(), "cuda": cuda},
     }
 
@@ -1476,29 +1442,21 @@ def resume_training(run: TrainingRun, checkpoint: dict):
         torch.cuda.set_rng_state_all([state.cpu() for state in checkpoint["rng_states"]["cuda"]])
 
 
-def range_errors(args) -> list[str]:
-    """One message per numeric flag outside the values it can work with (flags a script lacks are skipped)."""
+def check_args(args: Args):
+    """Refuses settings that cannot work, in one line, before the run starts."""
     counts = "n_rollout_threads n_agents max_cycles episode_length num_mini_batch hidden_size n_block"
     counts += " n_embd n_head n_eval_episodes eval_max_steps log_interval"
     chosen = "n_training_threads eval_interval checkpoint_interval ppo_epoch"  # 0: the script chooses
-    rules = [  # NaN fails every test
+    rules = [  # NaN fails every test; flags a script lacks are skipped
         ("at least 1", lambda v: v >= 1, counts),
         ("at least 0", lambda v: v >= 0, "seed ent_coef vf_coef nearest_k eval_n_agents " + chosen),
         ("positive", lambda v: v > 0, "lr critic_lr clip max_grad_norm huber_delta"),
         ("between 0 and 1", lambda v: 0 <= v <= 1, "gamma gae_lambda"),
     ]
-    return [
-        f"--{name.replace('_', '-')} must be {what}, not {getattr(args, name)}"
-        for what, ok, names in rules
-        for name in names.split()
-        if hasattr(args, name) and not ok(getattr(args, name))
-    ]
-
-
-def check_args(args: Args):
-    """Refuses settings that cannot work, in one line, before the run starts."""
-    if problems := range_errors(args):  # first: the checks below divide by some of them
-        raise SystemExit(f"error: {problems[0]}")
+    for what, ok, names in rules:  # first: the checks below divide by some of them
+        for name in names.split():
+            if hasattr(args, name) and not ok(getattr(args, name)):
+                raise SystemExit(f"error: --{name.replace('_', '-')} must be {what}, not {getattr(args, name)}")
     batch, problems = args.episode_length * args.n_rollout_threads, []
     if args.resume is not None and args.eval_checkpoint is not None:
         problems.append("--resume and --eval-checkpoint exclude each other: one trains on, the other only evaluates")
@@ -1513,10 +1471,7 @@ def check_args(args: Args):
     if args.env_id in MPE_SCENARIOS and (args.env_kwargs or args.async_envs):
         problems.append("--env-kwargs and --async-envs apply to envs given by import path, not to MPE scenarios")
     if batch % args.num_mini_batch != 0:
-        problems.append(
-            f"--num-mini-batch {args.num_mini_batch} does not divide the rollout of {batch} env steps "
-            f"(episode_length {args.episode_length} x n_rollout_threads {args.n_rollout_threads})"
-        )
+        problems.append(f"--num-mini-batch {args.num_mini_batch} does not divide the rollout of {batch} env steps")
     if args.eval_checkpoint is None and args.total_timesteps < batch:
         problems.append(f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} env steps)")
     if args.n_embd % args.n_head != 0:
@@ -1557,7 +1512,7 @@ def setup_torch(args: Args) -> torch.device:
     if args.cuda and device.type == "cpu":
         print("warning: --cuda was given but no GPU is available; running on CPU")
     torch.manual_seed(args.seed)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # ours to use
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     torch.set_num_threads(args.n_training_threads or max(1, cores // 2))  # torch's own takes every core
     torch.backends.cudnn.deterministic = args.torch_deterministic
     return device
@@ -1648,11 +1603,6 @@ def run_evaluation_only(args: Args):
         + (f"\nvideo written to {video}" if video else "")
     )
     return returns
-
-
-def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
-    var_returns = returns.var()
-    return float("nan") if var_returns == 0 else (1 - (returns - values).var() / var_returns).item()
 
 
 class GraphedStep:

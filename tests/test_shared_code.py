@@ -42,7 +42,6 @@ VARIANTS = {
     "compile_for_gpu": {"mat_mpe", "mat_mpe_ep_critic"},  # the transformer's entry points
     "MultiAgentTransformer": {"mat_mpe_ep_critic"},  # the critic on the state replaces the encoder's value head
     "build_agent": {"mat_mpe", "mat_mpe_ep_critic"},  # the transformer (the GRUs' Agent is built as the MLPs')
-    "range_errors": {"mat_mpe", "mat_mpe_ep_critic"},  # MAT's --ppo-epoch 0 chooses the passes by the discount
 }
 
 
