@@ -173,8 +173,7 @@ class RecurrentNet(nn.Module):
         self.out = layer_init(nn.Linear(args.hidden_size, out_dim), out_gain)
 
     def forward(self, x: Tensor, hidden: Tensor, starts: Tensor):
-        """x (L, B, R, in_dim), hidden (B, R, H) before step 0, starts (L, B) -> outputs (L, B, R, out_dim) and the
-        hidden states after each step (L, B, R, H)."""
+        """x (L, B, R, in_dim), hidden (B, R, H), starts (L, B) -> (L, B, R, out_dim), hidden states (L, B, R, H)."""
         L, B, R, _ = x.shape
         features = self.trunk(x).view(L, B * R, -1)
         row_starts = starts.repeat_interleave(R, dim=1)  # (L, B * R): all rows of an env start together
@@ -236,8 +235,7 @@ def nearest_columns(spec: EnvSpec, k: int) -> Tensor:
 
 
 class Agent(nn.Module):
-    """Decentralized recurrent actor(s) on each agent's observation and a centralized recurrent critic, with a hidden
-    state per (env, agent) and per critic row (EP: one per env)."""
+    """Recurrent actor(s) on each agent's observation, a recurrent centralized critic; a hidden state per row."""
 
     def __init__(self, spec: EnvSpec, args: Args):
         super().__init__()
@@ -375,7 +373,7 @@ class RolloutBuffer:
         self.final_obs = zeros(T, n_envs, n_agents, spec.obs_dim)  # last obs of an episode that ended at t
         self.final_state = zeros(T, n_envs, spec.state_dim)
         self.final_values = zeros(T, n_envs, n_agents)  # their values, to bootstrap truncated episodes
-        self.starts = zeros(T + 1, n_envs, dtype=torch.bool)  # obs[t] begins an episode: hidden states reset before it
+        self.starts = zeros(T + 1, n_envs, dtype=torch.bool)  # obs[t] begins an episode
         self.starts[0] = True
         self.actor_hidden, self.critic_hidden = hidden  # (n_envs, n_agents, H), (n_envs, critic rows, H)
 
@@ -398,7 +396,7 @@ class RolloutBuffer:
         final_obs, final_state = self.final_obs.flatten(0, 1).unsqueeze(0), self.final_state.flatten(0, 1).unsqueeze(0)
         final_values, _ = agent.get_value(final_obs, final_state, hiddens[:-1].flatten(0, 1), no_starts)
         self.final_values[:] = value_norm.denormalize(final_values).view_as(self.final_values)
-        self.next_critic_hidden = hiddens[-2]  # before the step at obs[T], the next rollout's first input
+        self.next_critic_hidden = hiddens[-2]  # before obs[T], the next rollout's first input
 
     def start_next_rollout(self, actor_hidden: Tensor):
         """The hidden states before the last input (the next rollout's first) start the next rollout."""
@@ -1254,7 +1252,7 @@ def evaluate(agent, envs: PettingZooVecEnv, seed: int, max_steps: int, stop: Tra
     envs.reset(seed)
     returns = torch.zeros(envs.n_envs, len(envs.spec.agents), device=envs.device)
     playing = torch.ones(envs.n_envs, dtype=torch.bool, device=envs.device)  # in its first episode still
-    hidden, starts = agent.initial_hidden(envs.n_envs)[0], playing.clone()  # the GRUs start from zero
+    hidden, starts = agent.initial_hidden(envs.n_envs)[0], playing.clone()
     for _ in range(max_steps):
         if not playing.any() or (stop is not None and stop.signal is not None):
             break
@@ -1377,7 +1375,7 @@ def training_state(run: TrainingRun) -> dict:
     return {
         "progress": dataclasses.asdict(run.progress),
         "env": run.envs.state_dict(),
-        "episode_returns": run.running_returns,  # of the episodes under way
+        "episode_returns": run.running_returns,
         "rollout_start": (run.buffer.actor_hidden, run.buffer.critic_hidden, run.buffer.starts[0]),  # GRU states
         "rng_states": {"torch": torch.get_rng_state(), "cuda": cuda},
     }
