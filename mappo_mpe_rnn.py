@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import functools
 import importlib.util
+import io
 import itertools
 import os
 import random
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 import gymnasium
-import imageio
+import imageio.v3 as iio
 import numpy as np
 import torch
 import torch.nn as nn
@@ -624,6 +625,10 @@ class TrainingRun(contextlib.AbstractContextManager):
         np.random.seed(args.seed)
         check_memory(spec, args, device)
         print(f"training on {device.type}, torch threads: {torch.get_num_threads()}")
+        if args.resume and os.path.isdir(args.resume):  # a run folder: its checkpoint
+            args = dataclasses.replace(args, resume=os.path.join(args.resume, "checkpoint.pt"))
+        if not spec.state_dim and getattr(args, "state_type", "local") != "local":  # no state: the critic is local
+            args = dataclasses.replace(args, state_type="local")
         self.checkpoint = checkpoint = load_checkpoint(args.resume, device) if args.resume else None
         if not args.gamma and checkpoint:  # a resumed run keeps the discount it began with
             args = dataclasses.replace(args, gamma=checkpoint["args"]["gamma"])
@@ -667,6 +672,8 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.start_time, self.start_step, self.rollout_start = time.time(), self.progress.global_step, time.time()
         if self.progress.iteration == self.num_iterations:  # resumed after a stop in its final evaluation
             self.evaluate()
+            self.save("checkpoint.pt", **training_state(self))
+            print(f"step {self.progress.global_step:>9,} | the final evaluation {self.progress.eval_return:7.2f}")
         return self.progress
 
     def end_iteration(self, iteration: int, losses: dict, returns: Tensor, update_start: float) -> bool:
@@ -721,9 +728,19 @@ class TrainingRun(contextlib.AbstractContextManager):
         save_checkpoint(f"{self.run_dir}/{name}", *self.model, self.args, self.progress.global_step, **training)
 
     def __exit__(self, kind, error, trace):
-        """An env's fault: one error line, the last update kept; a stop: how to go on; else the summary line."""
-        self.writer.close()
+        """A fault of the machine's (a full disk): one error line, with the checkpoint kept; else `end`."""
         self.request_stop(self.signal)
+        try:
+            self.writer.close()  # TensorBoard's last events: a full disk may show here first
+            self.end(kind, error)
+        except OSError as fault:
+            line = f"error: {fault.filename or self.run_dir}: {fault.strerror}"
+            if os.path.isfile(checkpoint := f"{self.run_dir}/checkpoint.pt"):
+                line += f"; {checkpoint} is kept: once that is mended, add --resume {self.run_dir}"
+            raise SystemExit(line) from None
+
+    def end(self, kind, error):
+        """An env's fault: one error line, the last update kept; a stop before the end: how to go on; else a summary."""
         progress, run_dir, resume = self.progress, self.run_dir, f"--resume {self.run_dir}/checkpoint.pt"
         if isinstance(error, EnvError):
             line = f"error: {error} at env step {progress.global_step:,}"
@@ -733,13 +750,14 @@ class TrainingRun(contextlib.AbstractContextManager):
                 line += f"; the run up to step {progress.global_step:,} is kept: fix the env, add {resume}"
             raise SystemExit(line) from None
         if kind is not None:
-            return
+            raise error
         summary = f"run in {run_dir}, with checkpoint.pt"
         if self.args.save_model:
             self.save("model.pt")
             best = f" and best_model.pt (best eval {progress.best_eval:.3f})" if np.isfinite(progress.best_eval) else ""
             summary += f", model.pt{best}"
-        if self.signal is not None:
+        finished = progress.eval_step == progress.global_step == self.num_iterations * self.batch
+        if self.signal is not None and not finished:  # a stop after the final save changes nothing
             how = f"stopped by {signal.Signals(self.signal).name} at step {progress.global_step:,}"
             print(f"{how}; {summary}; to go on, add {resume}")
             raise SystemExit(128 + self.signal)
@@ -1274,18 +1292,30 @@ def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args: Args, writer, 
         returns, frames = evaluate(agent, eval_envs, args.seed + 100_000, args.eval_max_steps, stop, args.eval_sample)
     if frames is not None:
         os.makedirs(os.path.dirname(video), exist_ok=True)
-        imageio.mimwrite(video, frames, fps=10, macro_block_size=1)
+        write_file(video, iio.imwrite("<bytes>", frames, plugin="FFMPEG", extension=".mp4", fps=10, macro_block_size=1))
         small = torch.from_numpy(frames[:, ::2, ::2]).permute(0, 3, 1, 2).unsqueeze(0)  # (1, T, 3, H/2, W/2)
         writer.add_video("eval/video", small, step, fps=10)
     return returns
 
 
 def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Args, global_step: int, **training):
-    """The model, and `training_state` for a training checkpoint; written whole or not at all (a temporary file)."""
+    """The model, and `training_state` for a training checkpoint."""
     model = dict(agent=agent.state_dict(), value_norm=value_norm.state_dict(), optimizer=optimizer.state_dict())
     checkpoint = dict(script=os.path.basename(__file__), args=dataclasses.asdict(args), global_step=global_step)
-    torch.save(checkpoint | model | training, f"{path}.tmp")
-    os.replace(f"{path}.tmp", path)  # atomic on POSIX and Windows
+    torch.save(checkpoint | model | training, data := io.BytesIO())  # in memory: a full disk is an OSError, below
+    write_file(path, data.getbuffer())
+
+
+def write_file(path: str, data):
+    """Writes `data` whole or not at all (a temporary file, renamed); a failed write is an OSError naming `path`."""
+    try:
+        with open(f"{path}.tmp", "wb") as file:
+            file.write(data)
+        os.replace(f"{path}.tmp", path)  # atomic on POSIX and Windows
+    except OSError as error:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(f"{path}.tmp")
+        raise OSError(error.errno, error.strerror, path) from None
 
 
 def load_checkpoint(path: str, device: torch.device) -> dict:
@@ -1412,6 +1442,9 @@ def check_args(args: Args):
     batch, problems = args.episode_length * args.n_rollout_threads, []
     if args.resume is not None and args.eval_checkpoint is not None:
         problems.append("--resume and --eval-checkpoint exclude each other: one trains on, the other only evaluates")
+    if args.track and os.environ.get("WANDB_MODE") not in ("offline", "disabled"):  # a key, read without the network
+        if not importlib.import_module("wandb").login(prompt=False, verify=False):
+            problems.append("--track needs a W&B API key: run `wandb login`, or set WANDB_MODE=offline")
     if args.capture_video and importlib.util.find_spec("imageio_ffmpeg") is None:
         problems.append("--capture-video needs imageio-ffmpeg to write mp4 files (pip install imageio-ffmpeg)")
     if args.env_id != "simple_spread_v3" and args.sort_entities:
@@ -1442,8 +1475,11 @@ def memory_estimate(spec: EnvSpec, args: Args) -> int:
     own = (state_type in ("AS", "local")) * spec.obs_dim - (state_type == "local") * spec.state_dim
     extra = rows * (spec.state_dim + (rows > 1) * n_agents + own) - spec.state_dim
     critic = (3 * extra + 15 * args.hidden_size * (rows - 1)) / n_agents  # more inputs and activations than EP's
-    per_agent_step = 4 * inputs + critic + 5 * args.hidden_size + (14 * args.hidden_size + 250) / args.num_mini_batch
-    return int(4 * args.episode_length * args.n_rollout_threads * n_agents * per_agent_step)
+    per_agent_step = 4 * inputs + critic + 5 * args.hidden_size  # then one minibatch's, with the actor's joined ids
+    per_agent_step += (14 * args.hidden_size + 250 + 1.5 * args.use_agent_id * n_agents) / args.num_mini_batch
+    with torch.device("meta"):  # the model's size without its memory: weights, gradients, Adam's two moments
+        weights = 16 * sum(p.numel() for p in build_agent(spec, args, torch.device("meta"))[0].parameters())
+    return int(4 * args.episode_length * args.n_rollout_threads * n_agents * per_agent_step + weights)
 
 
 def check_memory(spec: EnvSpec, args: Args, device: torch.device):
@@ -1489,7 +1525,13 @@ def start_logging(run_dir: str, args: Args, resumed_step: int | None):
         import wandb
 
         names = dict(project=args.wandb_project_name, entity=args.wandb_entity, name=run_name, id=run_name)
-        wandb.init(**names, config=vars(args), sync_tensorboard=True, resume="allow", save_code=True)
+        init = functools.partial(wandb.init, **names, config=vars(args), sync_tensorboard=True, save_code=True)
+        try:
+            init(resume="allow")
+        except wandb.errors.CommError as error:  # no network: the run goes on, W&B's files kept for `wandb sync`
+            print(f"warning: W&B unreachable ({str(error).splitlines()[0]}); logging offline, `wandb sync` it later")
+            wandb.teardown()
+            init(mode="offline")
     if resumed_step is not None:
         return SummaryWriter(run_dir, purge_step=resumed_step + 1)
     writer = SummaryWriter(run_dir)
@@ -1554,5 +1596,5 @@ def run_evaluation_only(args: Args):
 if __name__ == "__main__":
     try:
         main(parse_args())
-    except EnvError as error:  # before a training run's first update, or in test mode: nothing to keep
+    except (EnvError, OSError) as error:  # before a training run's first update, or in test mode: nothing to keep
         raise SystemExit(f"error: {error}") from None

@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import functools
 import importlib.util
+import io
 import itertools
 import os
 import random
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 import gymnasium
-import imageio
+import imageio.v3 as iio
 import numpy as np
 import torch
 import torch.nn as nn
@@ -109,7 +110,7 @@ MPE_SCENARIOS = ("simple_spread_v3", "simple_reference_v3", "simple_speaker_list
 # Per scenario, laid over the defaults above under the flags given: the official MPE script's (train_mpe.sh, 32 rollout
 # threads for 128), or the best measured on mpe2 (docs/tuning.md); CONTINUOUS_PRESETS too with --continuous-actions.
 PRESETS = {
-    "official": dict.fromkeys(MPE_SCENARIOS, {"gamma": 0.99}),
+    "official": dict.fromkeys(MPE_SCENARIOS, {"gamma": 0.99, "ppo_epoch": 10}),
     "tuned": {
         "simple_spread_v3": {"gamma": 0.9, "sort_entities": True},
         "simple_speaker_listener_v4": {"gamma": 0.99, "ppo_epoch": 15},
@@ -487,19 +488,18 @@ def ppo_step(agent: MultiAgentTransformer, optimizer, batch: list, args: Args) -
 def ppo_update(
     agent: MultiAgentTransformer, optimizer, value_norm, buffer: RolloutBuffer, advantages, returns, args, step=ppo_step
 ) -> dict:
-    """`passes` of minibatches of agent sequences, each a `step` (`ppo_step`, or `GraphedStep` on a GPU)."""
+    """`ppo_epoch` passes of minibatches of agent sequences, each a `step` (`ppo_step`, or `GraphedStep` on a GPU)."""
     flat = lambda x: x.flatten(0, 1)  # (T, n_envs, n_agents, ...) -> (T * n_envs, n_agents, ...)  # noqa: E731
     old_values = value_norm.normalize(buffer.values[:-1])  # the critic's outputs when acting: the clip's centre
     learned = returns[buffer.alive[:-1] | args.team_reward]  # the returns the critic learns (value_loss_fn)
-    passes = args.ppo_epoch or (10 if args.gamma >= 0.99 else 3)
-    value_norm.update(learned, steps=passes * args.num_mini_batch)  # as often as the official codes
+    value_norm.update(learned, steps=args.ppo_epoch * args.num_mini_batch)  # as often as the official codes
     alive_advantages = advantages[buffer.alive[:-1]]
     advantages = (advantages - alive_advantages.mean()) / (alive_advantages.std() + 1e-5)
     data = [buffer.obs[:-1], buffer.actions, buffer.alive[:-1], buffer.avail[:-1], buffer.logprobs, advantages]
     data += [old_values, value_norm.normalize(returns)]
     data = [flat(x) for x in data + ([] if buffer.agent_order is None else [buffer.agent_order])]
     stats = []
-    for _ in range(passes):
+    for _ in range(args.ppo_epoch):
         for mb in minibatch_indices(data[0].shape[0], args.num_mini_batch, data[0].device):
             stats.append(step(agent, optimizer, [x[mb] for x in data], args))
     return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
@@ -519,6 +519,8 @@ def main(args: Args) -> dict:
         return {}
     with TrainingRun(args) as run:
         args, spec, envs, device = run.args, run.spec, run.envs, run.device  # args with the discount chosen
+        args = dataclasses.replace(args, ppo_epoch=args.ppo_epoch or (10 if args.gamma >= 0.99 else 3))
+        print(f"PPO passes over each rollout: {args.ppo_epoch}")
         T, n_envs = args.episode_length, args.n_rollout_threads
         agent, value_norm, optimizer = build_agent(spec, args, device)
         initial_lrs = [group["lr"] for group in optimizer.param_groups]  # before a resume loads decayed ones
@@ -640,6 +642,10 @@ class TrainingRun(contextlib.AbstractContextManager):
         check_memory(spec, args, device)
         compiling = ", compiling first, the update as one CUDA graph" * self.compiled
         print(f"training on {device.type}, torch threads: {torch.get_num_threads()}" + compiling)
+        if args.resume and os.path.isdir(args.resume):  # a run folder: its checkpoint
+            args = dataclasses.replace(args, resume=os.path.join(args.resume, "checkpoint.pt"))
+        if not spec.state_dim and getattr(args, "state_type", "local") != "local":  # no state: the critic is local
+            args = dataclasses.replace(args, state_type="local")
         self.checkpoint = checkpoint = load_checkpoint(args.resume, device) if args.resume else None
         if not args.gamma and checkpoint:  # a resumed run keeps the discount it began with
             args = dataclasses.replace(args, gamma=checkpoint["args"]["gamma"])
@@ -686,6 +692,8 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.start_time, self.start_step, self.rollout_start = time.time(), self.progress.global_step, time.time()
         if self.progress.iteration == self.num_iterations:  # resumed after a stop in its final evaluation
             self.evaluate()
+            self.save("checkpoint.pt", **training_state(self))
+            print(f"step {self.progress.global_step:>9,} | the final evaluation {self.progress.eval_return:7.2f}")
         return self.progress
 
     def end_iteration(self, iteration: int, losses: dict, returns: Tensor, update_start: float) -> bool:
@@ -742,9 +750,19 @@ class TrainingRun(contextlib.AbstractContextManager):
         save_checkpoint(f"{self.run_dir}/{name}", *self.model, self.args, self.progress.global_step, **training)
 
     def __exit__(self, kind, error, trace):
-        """An env's fault: one error line, the last update kept; a stop: how to go on; else the summary line."""
-        self.writer.close()
+        """A fault of the machine's (a full disk): one error line, with the checkpoint kept; else `end`."""
         self.request_stop(self.signal)
+        try:
+            self.writer.close()  # TensorBoard's last events: a full disk may show here first
+            self.end(kind, error)
+        except OSError as fault:
+            line = f"error: {fault.filename or self.run_dir}: {fault.strerror}"
+            if os.path.isfile(checkpoint := f"{self.run_dir}/checkpoint.pt"):
+                line += f"; {checkpoint} is kept: once that is mended, add --resume {self.run_dir}"
+            raise SystemExit(line) from None
+
+    def end(self, kind, error):
+        """An env's fault: one error line, the last update kept; a stop before the end: how to go on; else a summary."""
         progress, run_dir, resume = self.progress, self.run_dir, f"--resume {self.run_dir}/checkpoint.pt"
         if isinstance(error, EnvError):
             line = f"error: {error} at env step {progress.global_step:,}"
@@ -754,13 +772,14 @@ class TrainingRun(contextlib.AbstractContextManager):
                 line += f"; the run up to step {progress.global_step:,} is kept: fix the env, add {resume}"
             raise SystemExit(line) from None
         if kind is not None:
-            return
+            raise error
         summary = f"run in {run_dir}, with checkpoint.pt"
         if self.args.save_model:
             self.save("model.pt")
             best = f" and best_model.pt (best eval {progress.best_eval:.3f})" if np.isfinite(progress.best_eval) else ""
             summary += f", model.pt{best}"
-        if self.signal is not None:
+        finished = progress.eval_step == progress.global_step == self.num_iterations * self.batch
+        if self.signal is not None and not finished:  # a stop after the final save changes nothing
             how = f"stopped by {signal.Signals(self.signal).name} at step {progress.global_step:,}"
             print(f"{how}; {summary}; to go on, add {resume}")
             raise SystemExit(128 + self.signal)
@@ -1292,18 +1311,30 @@ def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args: Args, writer, 
         returns, frames = evaluate(agent, eval_envs, args.seed + 100_000, args.eval_max_steps, stop, args.eval_sample)
     if frames is not None:
         os.makedirs(os.path.dirname(video), exist_ok=True)
-        imageio.mimwrite(video, frames, fps=10, macro_block_size=1)
+        write_file(video, iio.imwrite("<bytes>", frames, plugin="FFMPEG", extension=".mp4", fps=10, macro_block_size=1))
         small = torch.from_numpy(frames[:, ::2, ::2]).permute(0, 3, 1, 2).unsqueeze(0)  # (1, T, 3, H/2, W/2)
         writer.add_video("eval/video", small, step, fps=10)
     return returns
 
 
 def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Args, global_step: int, **training):
-    """The model, and `training_state` for a training checkpoint; written whole or not at all (a temporary file)."""
+    """The model, and `training_state` for a training checkpoint."""
     model = dict(agent=agent.state_dict(), value_norm=value_norm.state_dict(), optimizer=optimizer.state_dict())
     checkpoint = dict(script=os.path.basename(__file__), args=dataclasses.asdict(args), global_step=global_step)
-    torch.save(checkpoint | model | training, f"{path}.tmp")
-    os.replace(f"{path}.tmp", path)  # atomic on POSIX and Windows
+    torch.save(checkpoint | model | training, data := io.BytesIO())  # in memory: a full disk is an OSError, below
+    write_file(path, data.getbuffer())
+
+
+def write_file(path: str, data):
+    """Writes `data` whole or not at all (a temporary file, renamed); a failed write is an OSError naming `path`."""
+    try:
+        with open(f"{path}.tmp", "wb") as file:
+            file.write(data)
+        os.replace(f"{path}.tmp", path)  # atomic on POSIX and Windows
+    except OSError as error:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(f"{path}.tmp")
+        raise OSError(error.errno, error.strerror, path) from None
 
 
 def load_checkpoint(path: str, device: torch.device) -> dict:
@@ -1426,6 +1457,9 @@ def check_args(args: Args):
     batch, problems = args.episode_length * args.n_rollout_threads, []
     if args.resume is not None and args.eval_checkpoint is not None:
         problems.append("--resume and --eval-checkpoint exclude each other: one trains on, the other only evaluates")
+    if args.track and os.environ.get("WANDB_MODE") not in ("offline", "disabled"):  # a key, read without the network
+        if not importlib.import_module("wandb").login(prompt=False, verify=False):
+            problems.append("--track needs a W&B API key: run `wandb login`, or set WANDB_MODE=offline")
     if args.capture_video and importlib.util.find_spec("imageio_ffmpeg") is None:
         problems.append("--capture-video needs imageio-ffmpeg to write mp4 files (pip install imageio-ffmpeg)")
     if args.env_id != "simple_spread_v3" and args.sort_entities:
@@ -1453,7 +1487,9 @@ def memory_estimate(spec: EnvSpec, args: Args) -> int:
     ids = 0 if args.nearest_k else n_agents  # one-hot ids joined to the observations (none with --nearest-k)
     per_agent_step = 4 * inputs + args.n_embd * (8 + 14 * args.n_block + (8 + 12 * args.n_block) / args.num_mini_batch)
     per_agent_step += 2 * ids  # the encoder's input and its LayerNorm's output
-    return int(4 * args.episode_length * args.n_rollout_threads * n_agents * per_agent_step)
+    with torch.device("meta"):  # the model's size without its memory: weights, gradients, Adam's two moments
+        weights = 16 * sum(p.numel() for p in build_agent(spec, args, torch.device("meta"))[0].parameters())
+    return int(4 * args.episode_length * args.n_rollout_threads * n_agents * per_agent_step + weights)
 
 
 def check_memory(spec: EnvSpec, args: Args, device: torch.device):
@@ -1508,7 +1544,13 @@ def start_logging(run_dir: str, args: Args, resumed_step: int | None):
         import wandb
 
         names = dict(project=args.wandb_project_name, entity=args.wandb_entity, name=run_name, id=run_name)
-        wandb.init(**names, config=vars(args), sync_tensorboard=True, resume="allow", save_code=True)
+        init = functools.partial(wandb.init, **names, config=vars(args), sync_tensorboard=True, save_code=True)
+        try:
+            init(resume="allow")
+        except wandb.errors.CommError as error:  # no network: the run goes on, W&B's files kept for `wandb sync`
+            print(f"warning: W&B unreachable ({str(error).splitlines()[0]}); logging offline, `wandb sync` it later")
+            wandb.teardown()
+            init(mode="offline")
     if resumed_step is not None:
         return SummaryWriter(run_dir, purge_step=resumed_step + 1)
     writer = SummaryWriter(run_dir)
@@ -1609,5 +1651,5 @@ class GraphedStep:
 if __name__ == "__main__":
     try:
         main(parse_args())
-    except EnvError as error:  # before a training run's first update, or in test mode: nothing to keep
+    except (EnvError, OSError) as error:  # before a training run's first update, or in test mode: nothing to keep
         raise SystemExit(f"error: {error}") from None

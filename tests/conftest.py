@@ -1,7 +1,9 @@
 """What the test files share: running a script end to end on a tiny budget, and checking its output."""
 
+import contextlib
 import copy
 import dataclasses
+import io
 import os
 import signal
 import subprocess
@@ -59,7 +61,7 @@ def stop_script(request):
         command = [sys.executable, script, *flags]
         proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         first_line = proc.stdout.readline()
-        while first_line.startswith(("training on", "gamma", "--eval-max-steps", "warning")):  # the start-up lines
+        while first_line.startswith(("training on", "gamma", "--eval-max-steps", "warning", "PPO passes")):  # start-up
             first_line = proc.stdout.readline()
         assert first_line.startswith("step"), first_line + proc.stderr.read()[-2000:]
         time.sleep(delay)  # into the next iteration
@@ -224,8 +226,8 @@ def assert_an_env_fault_keeps_the_last_update(run_script, cwd):
 def assert_a_resume_finishes_the_final_evaluation(module, cwd):
     """An env fault in the final evaluation (faulty_env's render, with --capture-video) keeps the run at its last step;
     the same command with --resume (no video) makes that evaluation, best_model.pt and model.pt, and keeps the discount
-    of its checkpoint (0.95 written there) where the env's time limit would now give another (0.9). In-process: the
-    caller runs it in `cwd`."""
+    of its checkpoint (0.95 written there) where the env's time limit would now give another (0.9); it prints that
+    evaluation and saves it in the checkpoint. In-process: the caller runs it in `cwd`."""
     flags = [
         *FAULT_FLAGS,
         "--env-kwargs",
@@ -243,9 +245,13 @@ def assert_a_resume_finishes_the_final_evaluation(module, cwd):
     saved = torch.load(run_dir / "checkpoint.pt", weights_only=False)
     assert saved["progress"]["eval_step"] == 0 and saved["args"]["gamma"] == 0.9
     torch.save({**saved, "args": {**saved["args"], "gamma": 0.95}}, run_dir / "checkpoint.pt")
-    result = module.main(module.parse_args([*flags, "--resume", str(run_dir / "checkpoint.pt")]))
+    with contextlib.redirect_stdout(io.StringIO()) as out:  # the run folder as users type it
+        result = module.main(module.parse_args([*flags, "--resume", str(run_dir)]))
     assert result["global_step"] == 400 and result["best_eval"] > -float("inf")
+    assert f"step       400 | the final evaluation {result['eval_return']:7.2f}\n" in out.getvalue()
     assert [step for step, _ in logged_scalars(run_dir)["eval/episodic_return"]] == [400]
+    saved = torch.load(run_dir / "checkpoint.pt", weights_only=False)["progress"]  # saved: made once
+    assert (saved["eval_step"], saved["eval_return"]) == (400, result["eval_return"])
     for name in ("model.pt", "best_model.pt"):
         assert torch.load(run_dir / name, weights_only=False)["args"]["gamma"] == 0.95
 

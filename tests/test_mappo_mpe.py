@@ -689,15 +689,13 @@ def test_a_checkpoint_write_that_fails_leaves_the_previous_one_intact(tmp_path, 
     path = str(tmp_path / "model.pt")
     m.save_checkpoint(path, agent, value_norm, optimizer, m.Args(), 100)
     assert os.listdir(tmp_path) == ["model.pt"]
-    real_save = torch.save
 
-    def killed_while_writing(obj, f):
-        real_save(obj, f)
-        with open(f, "r+b") as file:
+    def killed_while_writing(written, path):  # before the rename, the new file half written
+        with open(written, "r+b") as file:
             file.truncate(100)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(torch, "save", killed_while_writing)
+    monkeypatch.setattr(os, "replace", killed_while_writing)
     with pytest.raises(KeyboardInterrupt):
         m.save_checkpoint(path, agent, value_norm, optimizer, m.Args(), 200)
     assert m.load_checkpoint(path, torch.device("cpu"))["global_step"] == 100
@@ -759,13 +757,15 @@ def test_impossible_settings_are_rejected(overrides, message):
 def test_presets_apply_under_the_flags_given(script):
     """`--preset` with `--env-id` starts from that preset's settings for that scenario (in either order and flag
     form), with `--continuous-actions` also from CONTINUOUS_PRESETS; flags given win over them, no flags give
-    the tuned spread settings, `--preset official` the official ones (Args' defaults and gamma 0.99; MAT's 10 epochs
-    follow from it), and every preset covers every scenario, sets its discount, and passes check_args."""
+    the tuned spread settings, `--preset official` the official ones (Args' defaults, gamma 0.99 and MAT's 10
+    epochs), and every preset covers every scenario, sets its discount, and passes check_args."""
     module = importlib.import_module(script)
     tuned = dataclasses.replace(module.Args(), **module.PRESETS["tuned"]["simple_spread_v3"])
     assert module.parse_args([]) == tuned and tuned.gamma == 0.9 and module.Args().preset == "tuned"
+    official = module.PRESETS["official"]["simple_spread_v3"]
+    assert official["gamma"] == 0.99 and official.get("ppo_epoch", 10) == 10
     assert module.parse_args(["--preset", "official"]) == dataclasses.replace(
-        module.Args(), preset="official", gamma=0.99
+        module.Args(), preset="official", **official
     )
     for preset, scenarios in module.PRESETS.items():
         assert scenarios.keys() == set(module.MPE_SCENARIOS), preset

@@ -412,10 +412,13 @@ def test_an_update_moves_value_norm_once_per_minibatch_and_epoch(script, tmp_pat
 
 
 @pytest.mark.parametrize("script", ["mat_mpe", "mat_mpe_ep_critic"])
-@pytest.mark.parametrize("flags,passes", [(["--gamma", "0.9"], 3), ([], 10), (["--ppo-epoch", "2"], 2)])
+@pytest.mark.parametrize(
+    "flags,passes", [(["--ppo-epoch", "0", "--gamma", "0.9"], 3), (["--gamma", "0.9"], 10), (["--ppo-epoch", "2"], 2)]
+)
 def test_mat_chooses_its_passes_by_the_discount_unless_given(script, flags, passes, tmp_path, monkeypatch):
-    """MAT's default --ppo-epoch 0: 3 passes over each rollout below a discount of 0.99, 10 at 0.99 (the official
-    preset's); a count given is kept. Read from ValueNorm's debiasing term after one iteration (1 - beta^passes)."""
+    """MAT's default --ppo-epoch 0: 3 passes over each rollout below a discount of 0.99, 10 at 0.99; the official
+    preset's 10 whatever the discount; a count given is kept. Read from ValueNorm's debiasing term after one
+    iteration (1 - beta^passes)."""
     module = importlib.import_module(script)
     monkeypatch.chdir(tmp_path)
     assert module.Args().ppo_epoch == 0

@@ -1,0 +1,123 @@
+"""The machine's faults and a review's findings, in every script: a full disk, W&B without a key or a network, a run
+folder given to --resume, a stop after the final save, MAT's passes, and an env with no state. (A final evaluation owed
+by a resume: conftest's `assert_a_resume_finishes_the_final_evaluation`; the weights in the memory estimate:
+test_memory.py.)"""
+
+import importlib
+import os
+import resource
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+SCRIPTS = ["mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"]
+TINY = ["--total-timesteps", "200", "--n-rollout-threads", "4", "--n-eval-episodes", "2", "--eval-interval", "100"]
+TINY += ["--log-interval", "100", "--ppo-epoch", "2"]
+
+
+@pytest.mark.parametrize("script", ["mappo_mpe", "mappo_mpe_rnn"])  # TrainingRun's two versions; the rest is shared
+def test_a_full_disk_is_one_error_line_that_names_the_checkpoint_kept(script, tmp_path, monkeypatch):
+    """Every file over half a checkpoint's size fails to be written (EFBIG, as a full disk's ENOSPC): the resumed run
+    ends with one line naming the file, the cause and the checkpoint to resume from, which is the one before, whole,
+    and leaves no temporary file. The run folder is given to --resume as users type it."""
+    monkeypatch.chdir(tmp_path)
+    module = importlib.import_module(script)
+    module.main(module.parse_args(TINY))
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    limit = os.path.getsize(run_dir / "checkpoint.pt") // 2
+    flags = [*TINY[2:], "--total-timesteps", "400", "--save-model", "--resume", f"runs/{run_dir.name}"]
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, f"{script}.py"), *flags],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)),
+    )
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr[-3000:]
+    kept = f"{run_dir}/checkpoint.pt is kept: once that is mended, add --resume {run_dir}"
+    assert result.stderr.startswith(f"error: {run_dir}/") and f".pt: File too large; {kept}" in result.stderr
+    assert not [name for name in os.listdir(run_dir) if name.endswith(".tmp")]
+    assert torch.load(run_dir / "checkpoint.pt", weights_only=False)["global_step"] == 200
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_track_without_a_wandb_key_is_one_error_line_before_the_run(script, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+    for name in ("WANDB_API_KEY", "WANDB_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    module = importlib.import_module(script)
+    with pytest.raises(SystemExit, match=r"^error: --track needs a W&B API key: run `wandb login`, or set WANDB_MODE"):
+        module.check_args(module.Args(track=True))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    module.check_args(module.Args(track=True))
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_track_without_a_network_goes_on_with_wandb_offline(script, tmp_path, monkeypatch, capsys):
+    """wandb.init's CommError (its answer without a network, after its timeout): one line, then W&B offline."""
+    import wandb
+
+    calls = []
+
+    def init(**kwargs):
+        calls.append(kwargs.get("mode", "online"))
+        if calls[-1] == "online":
+            raise wandb.errors.CommError("Timed out while retrying: no route to host\nConsider increasing init_timeout")
+
+    monkeypatch.setattr(wandb, "init", init)
+    monkeypatch.setattr(wandb, "teardown", lambda: calls.append("teardown"))
+    module = importlib.import_module(script)
+    module.start_logging(str(tmp_path / "run"), module.Args(track=True), None).close()
+    assert calls == ["online", "teardown", "offline"]
+    warning = "warning: W&B unreachable (Timed out while retrying: no route to host); logging offline, `wandb sync`"
+    assert capsys.readouterr().out == warning + " it later\n"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_stop_after_the_final_save_reports_a_finished_run(script, tmp_path, monkeypatch, capsys):
+    """SIGTERM as the final checkpoint is written: the run finished, so it says so (exit 0, the summary line). MAT
+    prints the passes it chose: 3 at a discount of 0.95."""
+    monkeypatch.chdir(tmp_path)
+    module = importlib.import_module(script)
+    save = module.save_checkpoint
+
+    def save_then_stop(path, *args, **training):
+        save(path, *args, **training)
+        if path.endswith("checkpoint.pt"):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(module, "save_checkpoint", save_then_stop)
+    flags = [*TINY, "--gamma", "0.95"] + ["--ppo-epoch", "0"] * script.startswith("mat")
+    summary = module.main(module.parse_args(flags))
+    assert summary["global_step"] == 200 and summary["eval_step"] == 200
+    out = capsys.readouterr().out
+    assert "stopped by" not in out and out.splitlines()[-1].startswith("run in runs/")
+    assert ("PPO passes over each rollout: 3\n" in out) == script.startswith("mat")
+
+
+@pytest.mark.parametrize("script", ["mat_mpe", "mat_mpe_ep_critic"])
+def test_the_official_preset_runs_mats_10_passes_whatever_the_discount(script):
+    module = importlib.import_module(script)
+    for env_id in ("simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4"):
+        assert module.parse_args(["--preset", "official", "--env-id", env_id, "--gamma", "0.95"]).ppo_epoch == 10
+
+
+@pytest.mark.parametrize("script", ["mappo_mpe", "mappo_mpe_rnn"])
+def test_without_a_state_the_run_records_the_local_critic_it_trains(script, tmp_path, monkeypatch):
+    """Three 1,500-number observations joined exceed the 4,096 inputs: no state, so the critic is local whatever
+    --state-type says; the checkpoint says so, and a resume with --state-type local goes on."""
+    monkeypatch.chdir(tmp_path)
+    module = importlib.import_module(script)
+    flags = [*TINY, "--env-id", "tests.random_env", "--env-kwargs", "obs", "long", "n_agents", "3"]
+    module.main(module.parse_args(flags))
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert torch.load(run_dir / "checkpoint.pt", weights_only=False)["args"]["state_type"] == "local"
+    resumed = [*flags, "--state-type", "local", "--total-timesteps", "400", "--resume", str(run_dir / "checkpoint.pt")]
+    assert module.main(module.parse_args(resumed))["global_step"] == 400
