@@ -245,13 +245,13 @@ class Agent(nn.Module):
             return obs
         return torch.cat([obs, self.agent_ids.expand(*obs.shape[:-1], -1)], dim=-1)
 
-    def get_value(self, obs: Tensor, state: Tensor) -> Tensor:
-        """(B, n_agents) values, normalized when ValueNorm is on."""
-        return self.critic(self.critic_input(obs, state)).flatten(1)
+    def get_value(self, x: Tensor) -> Tensor:
+        """(B, n_agents) values, normalized when ValueNorm is on, from the critic's input x (`critic_input`)."""
+        return self.critic(x).flatten(1)
 
-    def get_dist(self, obs: Tensor, avail: Tensor):
-        """The distribution of every agent's action (batch shape (B, n_agents)) among its available ones."""
-        x = self.actor_input(obs)
+    def get_dist(self, x: Tensor, avail: Tensor):
+        """The distribution of every agent's action (batch shape (B, n_agents)) among its available ones, from the
+        actors' input x (`actor_input`)."""
         if len(self.actors) == 1:
             out = self.actors[0](x)
         else:
@@ -260,7 +260,7 @@ class Agent(nn.Module):
 
     def act(self, obs: Tensor, avail: Tensor, deterministic: bool = False) -> tuple[Tensor, ...]:
         """Actions (B, n_agents[, action_dim]) and their log-probs (B, n_agents)."""
-        dist = self.get_dist(obs, avail)
+        dist = self.get_dist(self.actor_input(obs), avail)
         action = dist.mode if deterministic else dist.sample()
         return action, dist.log_prob(action)
 
@@ -336,7 +336,7 @@ class RolloutBuffer:
     @torch.no_grad()
     def compute_values(self, agent: nn.Module, value_norm):
         def value(obs, state):
-            return value_norm.denormalize(agent.get_value(obs.flatten(0, 1), state.flatten(0, 1)))
+            return value_norm.denormalize(agent.get_value(agent.critic_input(obs.flatten(0, 1), state.flatten(0, 1))))
 
         self.values[:] = value(self.obs, self.state).view_as(self.values)
         self.final_values[:] = value(self.final_obs, self.final_state).view_as(self.final_values)
@@ -397,11 +397,11 @@ def minibatch_indices(batch_size: int, num_mini_batch: int, device: torch.device
 
 def ppo_step(agent: Agent, optimizer, batch: list, args: Args) -> dict:
     """One gradient step on one minibatch; its statistics stay tensors (nothing waits on the device)."""
-    obs, state, alive, actions, old_logprobs, avail, advantages, old_values, returns = batch
-    dist = agent.get_dist(obs, avail)  # under the masks the actions were drawn with
+    actor_in, critic_in, alive, actions, old_logprobs, avail, advantages, old_values, returns = batch
+    dist = agent.get_dist(actor_in, avail)  # under the masks the actions were drawn with
     policy_loss, pg_stats = policy_loss_fn(dist.log_prob(actions), old_logprobs, advantages, alive, args.clip)
     entropy = masked_mean(dist.entropy(), alive)
-    value_loss = value_loss_fn(agent.get_value(obs, state), old_values, returns, alive, args)
+    value_loss = value_loss_fn(agent.get_value(critic_in), old_values, returns, alive, args)
     optimizer.zero_grad()
     (policy_loss - args.ent_coef * entropy + args.vf_coef * value_loss).backward()
     actor_params = [p for name, p in agent.named_parameters() if not name.startswith("critic.")]
@@ -422,8 +422,10 @@ def ppo_update(
     value_norm.update(learned, steps=args.ppo_epoch * args.num_mini_batch)  # as often as the official codes
     alive_advantages = advantages[buffer.alive[:-1]]
     advantages = (advantages - alive_advantages.mean()) / (alive_advantages.std() + 1e-5)
-    data = [buffer.obs[:-1], buffer.state[:-1], buffer.alive[:-1], buffer.actions, buffer.logprobs, buffer.avail[:-1]]
-    data = [flat(x) for x in data + [advantages, old_values, value_norm.normalize(returns)]]
+    obs, state = flat(buffer.obs[:-1]), flat(buffer.state[:-1])
+    data = [agent.actor_input(obs), agent.critic_input(obs, state)]  # free of parameters: made once an update
+    data += [flat(x) for x in [buffer.alive[:-1], buffer.actions, buffer.logprobs, buffer.avail[:-1], advantages]]
+    data += [flat(old_values), flat(value_norm.normalize(returns))]
     stats = []
     for _ in range(args.ppo_epoch):
         for mb in minibatch_indices(data[0].shape[0], args.num_mini_batch, data[0].device):

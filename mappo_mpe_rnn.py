@@ -288,16 +288,16 @@ class Agent(nn.Module):
             return obs
         return torch.cat([obs, self.agent_ids.expand(*obs.shape[:-1], -1)], dim=-1)
 
-    def get_value(self, obs: Tensor, state: Tensor, hidden: Tensor, starts: Tensor):
-        """Values (L, B, n_agents), normalized when ValueNorm is on, from the hidden state before step 0; also the
-        hidden states after each step."""
-        values, hiddens = self.critic(self.critic_input(obs, state), hidden, starts)
+    def get_value(self, x: Tensor, hidden: Tensor, starts: Tensor):
+        """Values (L, B, n_agents), normalized when ValueNorm is on, from the critic's input x (`critic_input`) and
+        the hidden state before step 0; also the hidden states after each step."""
+        values, hiddens = self.critic(x, hidden, starts)
         return values.flatten(2), hiddens
 
-    def get_dist(self, obs: Tensor, avail: Tensor, hidden: Tensor, starts: Tensor):
+    def get_dist(self, x: Tensor, avail: Tensor, hidden: Tensor, starts: Tensor):
         """The distribution of every agent's action (batch shape (L, B, n_agents)) among its available ones, from the
-        hidden state before step 0; also the hidden states after each step (L, B, n_agents, H)."""
-        x = self.actor_input(obs)
+        actors' input x (`actor_input`) and the hidden state before step 0; also the hidden states after each step
+        (L, B, n_agents, H)."""
         if len(self.actors) == 1:
             out, hiddens = self.actors[0](x, hidden, starts)
         else:
@@ -308,7 +308,7 @@ class Agent(nn.Module):
     def act(self, obs, avail, hidden: Tensor, starts: Tensor, deterministic: bool = False):
         """One step: actions (B, n_agents[, action_dim]), their log-probs (B, n_agents) and the next hidden state;
         `starts` (B,) marks the envs whose episode begins here."""
-        dist, hiddens = self.get_dist(obs.unsqueeze(0), avail.unsqueeze(0), hidden, starts.unsqueeze(0))
+        dist, hiddens = self.get_dist(self.actor_input(obs.unsqueeze(0)), avail.unsqueeze(0), hidden, starts[None])
         action = dist.mode if deterministic else dist.sample()
         return action[0], dist.log_prob(action)[0], hiddens[0]
 
@@ -390,12 +390,13 @@ class RolloutBuffer:
     def compute_values(self, agent: nn.Module, value_norm):
         """All values of the rollout, on the scale of the returns: the critic over its T + 1 inputs, and a final
         observation's one more step from the hidden state after step t, all such steps in one batch."""
-        values, hiddens = agent.get_value(self.obs, self.state, self.critic_hidden, self.starts)
+        values, hiddens = agent.get_value(agent.critic_input(self.obs, self.state), self.critic_hidden, self.starts)
         self.values[:] = value_norm.denormalize(values)
         T, n_envs = self.final_obs.shape[:2]
         no_starts = torch.zeros(1, T * n_envs, dtype=torch.bool, device=self.starts.device)
         final_obs, final_state = self.final_obs.flatten(0, 1).unsqueeze(0), self.final_state.flatten(0, 1).unsqueeze(0)
-        final_values, _ = agent.get_value(final_obs, final_state, hiddens[:-1].flatten(0, 1), no_starts)
+        final_input = agent.critic_input(final_obs, final_state)
+        final_values, _ = agent.get_value(final_input, hiddens[:-1].flatten(0, 1), no_starts)
         self.final_values[:] = value_norm.denormalize(final_values).view_as(self.final_values)
         self.next_critic_hidden = hiddens[-2]  # before obs[T], the next rollout's first input
 
@@ -460,11 +461,11 @@ def minibatch_indices(batch_size: int, num_mini_batch: int, device: torch.device
 
 def ppo_step(agent: Agent, optimizer, batch: list, args: Args) -> dict:
     """One gradient step on one minibatch; its statistics stay tensors (nothing waits on the device)."""
-    obs, state, alive, actions, old_logprobs, avail, advantages, old_values, returns, starts, hiddens = batch
-    dist, _ = agent.get_dist(obs, avail, hiddens[0], starts)  # under the masks the actions were drawn with
+    actor_in, critic_in, alive, actions, old_logprobs, avail, advantages, old_values, returns, starts, hiddens = batch
+    dist, _ = agent.get_dist(actor_in, avail, hiddens[0], starts)  # under the masks the actions were drawn with
     policy_loss, pg_stats = policy_loss_fn(dist.log_prob(actions), old_logprobs, advantages, alive, args.clip)
     entropy = masked_mean(dist.entropy(), alive)
-    value_loss = value_loss_fn(agent.get_value(obs, state, hiddens[1], starts)[0], old_values, returns, alive, args)
+    value_loss = value_loss_fn(agent.get_value(critic_in, hiddens[1], starts)[0], old_values, returns, alive, args)
     optimizer.zero_grad()
     (policy_loss - args.ent_coef * entropy + args.vf_coef * value_loss).backward()
     actor_params = [p for name, p in agent.named_parameters() if not name.startswith("critic.")]
@@ -483,8 +484,10 @@ def ppo_update(agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advan
     value_norm.update(learned, steps=args.ppo_epoch * args.num_mini_batch)  # as often as the official codes
     alive_advantages = advantages[buffer.alive[:-1]]
     advantages = (advantages - alive_advantages.mean()) / (alive_advantages.std() + 1e-5)
-    data = [buffer.obs[:-1], buffer.state[:-1], buffer.alive[:-1], buffer.actions, buffer.logprobs, buffer.avail[:-1]]
-    data += [advantages, old_values, value_norm.normalize(returns), buffer.starts[:-1]]
+    obs, state = buffer.obs[:-1], buffer.state[:-1]
+    data = [agent.actor_input(obs), agent.critic_input(obs, state)]  # free of parameters: made once an update
+    data += [buffer.alive[:-1], buffer.actions, buffer.logprobs, buffer.avail[:-1], advantages, old_values]
+    data += [value_norm.normalize(returns), buffer.starts[:-1]]
     stats = []
     for _ in range(args.ppo_epoch):
         for mb in minibatch_indices(data[0].shape[1], args.num_mini_batch, data[0].device):

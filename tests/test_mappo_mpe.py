@@ -163,12 +163,18 @@ def test_sorted_networks_do_not_see_the_order_of_landmarks_and_agents(state_type
     shuffled[..., 22:30] = messages[..., agent_order, :].flatten(-2)
     assert not torch.equal(shuffled, obs)
     torch.testing.assert_close(
-        agent.get_dist(shuffled, avail).logits, agent.get_dist(obs, avail).logits, rtol=0, atol=0
+        agent.get_dist(agent.actor_input(shuffled), avail).logits,
+        agent.get_dist(agent.actor_input(obs), avail).logits,
+        rtol=0,
+        atol=0,
     )
-    values = agent.get_value(shuffled, shuffled.flatten(1))
-    torch.testing.assert_close(values, agent.get_value(obs, obs.flatten(1)), rtol=0, atol=0)
+    values = agent.get_value(agent.critic_input(shuffled, shuffled.flatten(1)))
+    torch.testing.assert_close(values, agent.get_value(agent.critic_input(obs, obs.flatten(1))), rtol=0, atol=0)
     unsorted = m.Agent(spec, m.Args(n_agents=5))
-    assert not torch.allclose(unsorted.get_dist(shuffled, avail).logits, unsorted.get_dist(obs, avail).logits)
+    assert not torch.allclose(
+        unsorted.get_dist(unsorted.actor_input(shuffled), avail).logits,
+        unsorted.get_dist(unsorted.actor_input(obs), avail).logits,
+    )
 
 
 def test_nearest_k_keeps_the_nearest_of_each_kind_and_pads_a_smaller_team():
@@ -229,7 +235,7 @@ def test_critic_input_and_value_shapes(state_type, critic_features):
     if state_type in ("AS", "local"):  # AS: the state, then what local takes: the agent's own observation and id
         torch.testing.assert_close(x[:, 1, -21:-3], obs[:, 1])
         torch.testing.assert_close(x[:, 1, -3:], torch.tensor([0.0, 1.0, 0.0]).expand(5, 3))
-    assert agent.get_value(obs, state).shape == (5, 3)
+    assert agent.get_value(agent.critic_input(obs, state)).shape == (5, 3)
 
 
 def test_without_a_state_the_critic_and_the_memory_estimate_take_each_agents_observation_whatever_the_flag():
@@ -238,7 +244,7 @@ def test_without_a_state_the_critic_and_the_memory_estimate_take_each_agents_obs
     agent = m.Agent(spec, m.Args(state_type="EP"))
     obs = torch.randn(5, 3, 18)
     assert agent.state_type == "local" and agent.critic_input(obs, torch.zeros(5, 0)).shape == (5, 3, 18 + 3)
-    assert agent.get_value(obs, torch.zeros(5, 0)).shape == (5, 3)
+    assert agent.get_value(agent.critic_input(obs, torch.zeros(5, 0))).shape == (5, 3)
 
 
 @pytest.mark.parametrize(
@@ -271,11 +277,11 @@ def test_separate_actors_have_their_own_parameters():
     assert len(shared.actors) == 1 and len(separate.actors) == 2
     obs = torch.randn(4, 2, 11)
     avail = all_actions(spec, obs)
-    assert separate.get_dist(obs, avail).logits.shape == (4, 2, 5)
+    assert separate.get_dist(separate.actor_input(obs), avail).logits.shape == (4, 2, 5)
     with torch.no_grad():  # changing the listener's actor leaves the speaker's logits alone
-        before = separate.get_dist(obs, avail).logits.clone()
+        before = separate.get_dist(separate.actor_input(obs), avail).logits.clone()
         separate.actors[1][-1].bias[0] += 1.0
-        after = separate.get_dist(obs, avail).logits
+        after = separate.get_dist(separate.actor_input(obs), avail).logits
     torch.testing.assert_close(after[:, 0], before[:, 0])
     assert not torch.allclose(after[:, 1, :5], before[:, 1, :5])
 
@@ -290,7 +296,7 @@ def test_masked_actions_are_never_sampled():
         avail = all_actions(spec, obs)
         actions, logprobs = agent.act(obs, avail)
         greedy, _ = agent.act(obs, avail, deterministic=True)
-        dist = agent.get_dist(obs, avail)
+        dist = agent.get_dist(agent.actor_input(obs), avail)
     assert actions[:, 0].max() <= 2 and greedy[:, 0].max() <= 2
     assert set(actions[:, 1].tolist()) == {0, 1, 2, 3, 4}  # the listener keeps all of its actions
     assert torch.isfinite(logprobs).all() and torch.isfinite(dist.entropy()).all()
@@ -331,7 +337,7 @@ def test_gaussian_padded_dimensions_change_nothing():
         agent.actor_std_logit.copy_(torch.randn(2, 5))
         obs = torch.randn(512, 2, 11)
         avail = all_actions(spec, obs)
-        dist = agent.get_dist(obs, avail)
+        dist = agent.get_dist(agent.actor_input(obs), avail)
         actions, logprobs = agent.act(obs, avail)
         greedy, _ = agent.act(obs, avail, deterministic=True)
         padded = actions.clone()
@@ -352,7 +358,7 @@ def test_continuous_policy_starts_in_the_middle_of_the_box():
     agent = m.Agent(spec, m.Args())
     with torch.no_grad():
         obs = torch.randn(256, 3, 18)
-        dist = agent.get_dist(obs, all_actions(spec, obs))
+        dist = agent.get_dist(agent.actor_input(obs), all_actions(spec, obs))
     assert (dist.mean - 0.5).abs().max() < 0.1 and torch.all(dist.stddev == torch.sigmoid(torch.tensor(2.0)))
     assert agent.actor_std_logit.shape == (1, 5)  # shared actor: one std per action dimension
 
@@ -623,7 +629,8 @@ def test_checkpoint_round_trip_gives_identical_actions(tmp_path, continuous):
     greedy = agent.act(obs, avail, deterministic=True)[0]
     torch.testing.assert_close(restored.act(obs, avail, deterministic=True)[0], greedy)
     torch.testing.assert_close(
-        restored.get_dist(obs, avail).log_prob(actions), agent.get_dist(obs, avail).log_prob(actions)
+        restored.get_dist(restored.actor_input(obs), avail).log_prob(actions),
+        agent.get_dist(agent.actor_input(obs), avail).log_prob(actions),
     )
     torch.testing.assert_close(restored_norm.mean_var()[0], value_norm.mean_var()[0])
     assert checkpoint["global_step"] == 123 and checkpoint["args"]["separate_actors"] is True
@@ -1248,7 +1255,9 @@ def test_discrete_observations_are_one_hot_and_count_so_against_the_size_limit(m
     np.testing.assert_array_equal(env.stack({"player_0": 3, "player_1": 0}), [[0, 0, 0, 1], [1, 0, 0, 0]])
     obs = torch.stack([torch.as_tensor(env.stack({"player_0": k, "player_1": k})) for k in range(4)])  # (4, 2, 4)
     agent = m.Agent(spec, m.Args(use_agent_id=False))
-    logits = agent.get_dist(obs, torch.ones(4, 2, 3, dtype=torch.bool)).logits[:, 0]  # (4, 3) of player_0
+    logits = agent.get_dist(agent.actor_input(obs), torch.ones(4, 2, 3, dtype=torch.bool)).logits[
+        :, 0
+    ]  # (4, 3) of player_0
     assert len({tuple(row) for row in logits.tolist()}) == 4
     monkeypatch.setattr(m, "MAX_INPUTS", 3)
     with pytest.raises(SystemExit, match="unsupported observations {'Discrete"):
@@ -1462,10 +1471,10 @@ def test_an_agent_who_died_adds_nothing_to_the_policys_update(team_reward):
     by_hand.update(returns[valued])
     with torch.no_grad():
         obs, state = buffer.obs[:-1].flatten(0, 1), buffer.state[:-1].flatten(0, 1)
-        dist = agent.get_dist(obs, buffer.avail[:-1].flatten(0, 1))
+        dist = agent.get_dist(agent.actor_input(obs), buffer.avail[:-1].flatten(0, 1))
         entropy = dist.entropy().view_as(alive)[alive].mean()
         ratio = (dist.log_prob(buffer.actions.flatten(0, 1)).view_as(alive) - buffer.logprobs)[alive].exp()
-        values = agent.get_value(obs, state).view_as(alive)[valued]
+        values = agent.get_value(agent.critic_input(obs, state)).view_as(alive)[valued]
     ones = torch.ones_like(values, dtype=torch.bool)
     value_loss = m.value_loss_fn(values, old_values, by_hand.normalize(returns[valued]), ones, args)
     adv = (advantages[alive] - advantages[alive].mean()) / (advantages[alive].std() + 1e-5)

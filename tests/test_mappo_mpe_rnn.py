@@ -97,8 +97,10 @@ def test_hidden_state_is_zero_at_an_episode_start():
     zeros, avail = torch.zeros_like(carried), all_actions(spec, obs)
     starts = torch.tensor([True, False, True, False])
     with torch.no_grad():
-        dist, hidden = agent.get_dist(obs, avail, carried, starts.unsqueeze(0))
-        from_zero, hidden_from_zero = agent.get_dist(obs, avail, zeros, torch.zeros(1, 4, dtype=torch.bool))
+        dist, hidden = agent.get_dist(agent.actor_input(obs), avail, carried, starts.unsqueeze(0))
+        from_zero, hidden_from_zero = agent.get_dist(
+            agent.actor_input(obs), avail, zeros, torch.zeros(1, 4, dtype=torch.bool)
+        )
     torch.testing.assert_close(dist.logits[0, starts], from_zero.logits[0, starts], atol=0, rtol=0)
     torch.testing.assert_close(hidden[0, starts], hidden_from_zero[0, starts], atol=0, rtol=0)
     assert (dist.logits[0, ~starts] - from_zero.logits[0, ~starts]).abs().max() > 1e-3  # carried where no start
@@ -124,9 +126,9 @@ def test_shapes(env_id):
         assert actor_hidden.shape == (4, n_agents, 64) and critic_hidden.shape == (4, critic_rows, 64)
         obs, state = torch.randn(6, 4, n_agents, spec.obs_dim), torch.randn(6, 4, spec.state_dim)
         starts = torch.zeros(6, 4, dtype=torch.bool)
-        dist, hiddens = agent.get_dist(obs, all_actions(spec, obs), actor_hidden, starts)
+        dist, hiddens = agent.get_dist(agent.actor_input(obs), all_actions(spec, obs), actor_hidden, starts)
         assert dist.logits.shape == (6, 4, n_agents, spec.action_dim) and hiddens.shape == (6, 4, n_agents, 64)
-        values, critic_hiddens = agent.get_value(obs, state, critic_hidden, starts)
+        values, critic_hiddens = agent.get_value(agent.critic_input(obs, state), critic_hidden, starts)
         assert values.shape == (6, 4, n_agents) and critic_hiddens.shape == (6, 4, critic_rows, 64)
         actions, logprobs, next_hidden = agent.act(obs[0], all_actions(spec, obs[0]), actor_hidden, starts[0])
         assert actions.shape == logprobs.shape == (4, n_agents) and next_hidden.shape == actor_hidden.shape
@@ -149,7 +151,9 @@ def collect(agent, envs, buffer, T: int, first_rollout: bool):
     one_step = lambda x: x.unsqueeze(0)  # noqa: E731
     for t in range(T):
         value, critic_next = agent.get_value(
-            one_step(buffer.obs[t]), one_step(buffer.state[t]), critic_hidden, one_step(buffer.starts[t])
+            agent.critic_input(one_step(buffer.obs[t]), one_step(buffer.state[t])),
+            critic_hidden,
+            one_step(buffer.starts[t]),
         )
         critic_hidden = critic_next[0]
         values.append(value[0])
@@ -158,10 +162,14 @@ def collect(agent, envs, buffer, T: int, first_rollout: bool):
         step = envs.step(actions)
         buffer.insert(t, actions, logprobs, step)
         no_start = torch.zeros(1, envs.n_envs, dtype=torch.bool)
-        final = agent.get_value(one_step(buffer.final_obs[t]), one_step(buffer.final_state[t]), critic_hidden, no_start)
+        final = agent.get_value(
+            agent.critic_input(one_step(buffer.final_obs[t]), one_step(buffer.final_state[t])), critic_hidden, no_start
+        )
         final_values.append(final[0][0])
     value, _ = agent.get_value(
-        one_step(buffer.obs[T]), one_step(buffer.state[T]), critic_hidden, one_step(buffer.starts[T])
+        agent.critic_input(one_step(buffer.obs[T]), one_step(buffer.state[T])),
+        critic_hidden,
+        one_step(buffer.starts[T]),
     )
     values.append(value[0])
     return torch.stack(values), torch.stack(final_values), actor_hidden
@@ -195,9 +203,13 @@ def test_replay_reproduces_acting_across_episode_starts(state_type, separate_act
         start_times = [7, 14] if rollout == 0 else [1, 8, 15]  # global steps 7, 14, 21, 28, 35
         assert torch.nonzero(buffer.starts[1:].all(dim=1)).flatten().add(1).tolist() == start_times
         with torch.no_grad():
-            dist, _ = agent.get_dist(buffer.obs[:-1], buffer.avail[:-1], buffer.actor_hidden, buffer.starts[:-1])
+            dist, _ = agent.get_dist(
+                agent.actor_input(buffer.obs[:-1]), buffer.avail[:-1], buffer.actor_hidden, buffer.starts[:-1]
+            )
             torch.testing.assert_close(dist.log_prob(buffer.actions), buffer.logprobs, atol=1e-5, rtol=0)
-            replayed, _ = agent.get_value(buffer.obs[:-1], buffer.state[:-1], buffer.critic_hidden, buffer.starts[:-1])
+            replayed, _ = agent.get_value(
+                agent.critic_input(buffer.obs[:-1], buffer.state[:-1]), buffer.critic_hidden, buffer.starts[:-1]
+            )
             torch.testing.assert_close(replayed, values[:-1], atol=1e-5, rtol=0)
         buffer.compute_values(agent, value_norm)
         torch.testing.assert_close(buffer.values, values, atol=1e-5, rtol=0)
@@ -249,9 +261,9 @@ def test_every_stored_step_is_trained_once_per_epoch_in_whole_sequences(num_mini
     seen = []
     get_dist = agent.get_dist
 
-    def spy(obs, avail, hidden, starts):
-        seen.append((obs[..., 0, 0].clone(), hidden.clone()))
-        return get_dist(obs, avail, hidden, starts)
+    def spy(x, avail, hidden, starts):  # x: the actors' input, the observation first
+        seen.append((x[..., 0, 0].clone(), hidden.clone()))
+        return get_dist(x, avail, hidden, starts)
 
     monkeypatch.setattr(agent, "get_dist", spy)
     m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(T, n_envs, 3), torch.randn(T, n_envs, 3), args)
