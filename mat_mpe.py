@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import importlib.util
 import io
@@ -644,9 +645,11 @@ class TrainingRun(contextlib.AbstractContextManager):
         print(f"training on {device.type}, torch threads: {torch.get_num_threads()}" + compiling)
         if args.resume and os.path.isdir(args.resume):  # a run folder: its checkpoint
             args = dataclasses.replace(args, resume=os.path.join(args.resume, "checkpoint.pt"))
-        if not spec.state_dim and getattr(args, "state_type", "local") != "local":  # no state: the critic is local
-            args = dataclasses.replace(args, state_type="local")
         self.checkpoint = checkpoint = load_checkpoint(args.resume, device) if args.resume else None
+        if not spec.state_dim and hasattr(args, "state_type"):  # no state: the critic is local, in earlier runs too
+            args = dataclasses.replace(args, state_type="local")
+            if checkpoint:
+                checkpoint["args"]["state_type"] = "local"
         if not args.gamma and checkpoint:  # a resumed run keeps the discount it began with
             args = dataclasses.replace(args, gamma=checkpoint["args"]["gamma"])
         elif not args.gamma:  # a horizon 1 / (1 - gamma) of a quarter of the env's time limit
@@ -692,8 +695,9 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.start_time, self.start_step, self.rollout_start = time.time(), self.progress.global_step, time.time()
         if self.progress.iteration == self.num_iterations:  # resumed after a stop in its final evaluation
             self.evaluate()
-            self.save("checkpoint.pt", **training_state(self))
-            print(f"step {self.progress.global_step:>9,} | the final evaluation {self.progress.eval_return:7.2f}")
+            if self.signal is None:  # made, not cut short by a stop
+                self.save("checkpoint.pt", **training_state(self))
+                print(f"step {self.progress.global_step:>9,} | the final evaluation {self.progress.eval_return:7.2f}")
         return self.progress
 
     def end_iteration(self, iteration: int, losses: dict, returns: Tensor, update_start: float) -> bool:
@@ -752,16 +756,22 @@ class TrainingRun(contextlib.AbstractContextManager):
     def __exit__(self, kind, error, trace):
         """A fault of the machine's (a full disk): one error line, with the checkpoint kept; else `end`."""
         self.request_stop(self.signal)
+        progress, checkpoint = self.progress, f"{self.run_dir}/checkpoint.pt"
+        finished = progress.eval_step == progress.global_step == self.num_iterations * self.batch
         try:
             self.writer.close()  # TensorBoard's last events: a full disk may show here first
-            self.end(kind, error)
+            self.end(kind, error, finished)
         except OSError as fault:
+            if fault.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+                raise
             line = f"error: {fault.filename or self.run_dir}: {fault.strerror}"
-            if os.path.isfile(checkpoint := f"{self.run_dir}/checkpoint.pt"):
+            if kind is None and finished:  # after the final checkpoint
+                line += f"; the run is complete in {checkpoint}"
+            elif os.path.isfile(checkpoint):
                 line += f"; {checkpoint} is kept: once that is mended, add --resume {self.run_dir}"
             raise SystemExit(line) from None
 
-    def end(self, kind, error):
+    def end(self, kind, error, finished: bool):
         """An env's fault: one error line, the last update kept; a stop before the end: how to go on; else a summary."""
         progress, run_dir, resume = self.progress, self.run_dir, f"--resume {self.run_dir}/checkpoint.pt"
         if isinstance(error, EnvError):
@@ -778,7 +788,6 @@ class TrainingRun(contextlib.AbstractContextManager):
             self.save("model.pt")
             best = f" and best_model.pt (best eval {progress.best_eval:.3f})" if np.isfinite(progress.best_eval) else ""
             summary += f", model.pt{best}"
-        finished = progress.eval_step == progress.global_step == self.num_iterations * self.batch
         if self.signal is not None and not finished:  # a stop after the final save changes nothing
             how = f"stopped by {signal.Signals(self.signal).name} at step {progress.global_step:,}"
             print(f"{how}; {summary}; to go on, add {resume}")
@@ -1457,7 +1466,7 @@ def check_args(args: Args):
     batch, problems = args.episode_length * args.n_rollout_threads, []
     if args.resume is not None and args.eval_checkpoint is not None:
         problems.append("--resume and --eval-checkpoint exclude each other: one trains on, the other only evaluates")
-    if args.track and os.environ.get("WANDB_MODE") not in ("offline", "disabled"):  # a key, read without the network
+    if args.track and os.environ.get("WANDB_MODE") not in ("offline", "dryrun", "disabled"):  # a key, no network
         if not importlib.import_module("wandb").login(prompt=False, verify=False):
             problems.append("--track needs a W&B API key: run `wandb login`, or set WANDB_MODE=offline")
     if args.capture_video and importlib.util.find_spec("imageio_ffmpeg") is None:

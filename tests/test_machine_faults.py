@@ -3,6 +3,7 @@ folder given to --resume, a stop after the final save, MAT's passes, and an env 
 by a resume: conftest's `assert_a_resume_finishes_the_final_evaluation`; the weights in the memory estimate:
 test_memory.py.)"""
 
+import errno
 import importlib
 import os
 import resource
@@ -112,12 +113,56 @@ def test_the_official_preset_runs_mats_10_passes_whatever_the_discount(script):
 @pytest.mark.parametrize("script", ["mappo_mpe", "mappo_mpe_rnn"])
 def test_without_a_state_the_run_records_the_local_critic_it_trains(script, tmp_path, monkeypatch):
     """Three 1,500-number observations joined exceed the 4,096 inputs: no state, so the critic is local whatever
-    --state-type says; the checkpoint says so, and a resume with --state-type local goes on."""
+    --state-type says; the checkpoint says so, and a resume with --state-type local goes on, also from a checkpoint
+    that says EP, as the scripts wrote before."""
     monkeypatch.chdir(tmp_path)
     module = importlib.import_module(script)
     flags = [*TINY, "--env-id", "tests.random_env", "--env-kwargs", "obs", "long", "n_agents", "3"]
     module.main(module.parse_args(flags))
     (run_dir,) = (tmp_path / "runs").iterdir()
-    assert torch.load(run_dir / "checkpoint.pt", weights_only=False)["args"]["state_type"] == "local"
+    saved = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    assert saved["args"]["state_type"] == "local"
+    torch.save({**saved, "args": {**saved["args"], "state_type": "EP"}}, run_dir / "checkpoint.pt")
     resumed = [*flags, "--state-type", "local", "--total-timesteps", "400", "--resume", str(run_dir / "checkpoint.pt")]
     assert module.main(module.parse_args(resumed))["global_step"] == 400
+
+
+def test_a_full_disk_after_the_final_checkpoint_says_the_run_is_complete(tmp_path, monkeypatch):
+    """model.pt, written after the final checkpoint, meets a full disk: nothing to resume, the line says so."""
+    monkeypatch.chdir(tmp_path)
+    module = importlib.import_module("mappo_mpe")  # TrainingRun, write_file: the same in every script
+    write_file = module.write_file
+
+    def full_for_the_model(path, data):
+        if os.path.basename(path) == "model.pt":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        write_file(path, data)
+
+    monkeypatch.setattr(module, "write_file", full_for_the_model)
+    end = r"model.pt: No space left on device; the run is complete in runs/\S+/checkpoint.pt$"
+    with pytest.raises(SystemExit, match=r"^error: runs/\S+/" + end):
+        module.main(module.parse_args([*TINY, "--save-model"]))
+
+
+def test_a_stop_in_the_owed_final_evaluation_prints_and_saves_nothing(tmp_path, monkeypatch, capsys):
+    """A resume owes its final evaluation (eval_step 0 at the last step); a SIGTERM cuts it short: no result is
+    printed, the checkpoint still owes it, and the run says how to go on."""
+    monkeypatch.chdir(tmp_path)
+    module = importlib.import_module("mappo_mpe")
+    module.main(module.parse_args(TINY))
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    saved = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    torch.save({**saved, "progress": {**saved["progress"], "eval_step": 0}}, run_dir / "checkpoint.pt")
+    evaluate_and_record = module.evaluate_and_record
+
+    def stopped_in_it(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return evaluate_and_record(*args)
+
+    monkeypatch.setattr(module, "evaluate_and_record", stopped_in_it)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        module.main(module.parse_args([*TINY, "--resume", str(run_dir)]))
+    out = capsys.readouterr().out
+    assert stop.value.code == 128 + signal.SIGTERM and "stopped by SIGTERM" in out and "final evaluation" not in out
+    assert torch.load(run_dir / "checkpoint.pt", weights_only=False)["progress"]["eval_step"] == 0
