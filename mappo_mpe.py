@@ -425,8 +425,8 @@ def ppo_update(
     advantages = (advantages - alive_advantages.mean()) / (alive_advantages.std() + 1e-5)
     obs, state = flat(buffer.obs[:-1]), flat(buffer.state[:-1])
     data = [agent.actor_input(obs), agent.critic_input(obs, state)]  # free of parameters: made once an update
-    data += [flat(x) for x in [buffer.alive[:-1], buffer.actions, buffer.logprobs, buffer.avail[:-1], advantages]]
-    data += [flat(old_values), flat(value_norm.normalize(returns))]
+    rest = [buffer.alive[:-1], buffer.actions, buffer.logprobs, buffer.avail[:-1], advantages, old_values]
+    data += [flat(x) for x in rest + [value_norm.normalize(returns)]]
     stats = []
     for _ in range(args.ppo_epoch):
         for mb in minibatch_indices(data[0].shape[0], args.num_mini_batch, data[0].device):

@@ -309,7 +309,7 @@ class Agent(nn.Module):
     def act(self, obs, avail, hidden: Tensor, starts: Tensor, deterministic: bool = False):
         """One step: actions (B, n_agents[, action_dim]), their log-probs (B, n_agents) and the next hidden state;
         `starts` (B,) marks the envs whose episode begins here."""
-        dist, hiddens = self.get_dist(self.actor_input(obs.unsqueeze(0)), avail.unsqueeze(0), hidden, starts[None])
+        dist, hiddens = self.get_dist(self.actor_input(obs[None]), avail[None], hidden, starts[None])
         action = dist.mode if deterministic else dist.sample()
         return action[0], dist.log_prob(action)[0], hiddens[0]
 

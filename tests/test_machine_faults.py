@@ -17,9 +17,9 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from conftest import TINY  # noqa: E402
+
 SCRIPTS = ["mappo_mpe", "mappo_mpe_rnn", "mat_mpe", "mat_mpe_ep_critic"]
-TINY = ["--total-timesteps", "200", "--n-rollout-threads", "4", "--n-eval-episodes", "2", "--eval-interval", "100"]
-TINY += ["--log-interval", "100", "--ppo-epoch", "2"]
 
 
 @pytest.mark.parametrize("script", ["mappo_mpe", "mappo_mpe_rnn"])  # TrainingRun's two versions; the rest is shared
