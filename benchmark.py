@@ -876,10 +876,11 @@ class Critic(Mode):
         for n_agents in (3, 12):
             args = m.Args(n_agents=n_agents)
             spec = m.get_env_spec("simple_spread_v3", m.scenario_kwargs(args))
-            state = torch.randn(25 * 32, spec.state_dim)
+            width = spec.state_dim + n_agents * args.n_embd  # the state and the encoder's representations
+            state = torch.randn(25 * 32, width)
             times = []
-            once = m.mlp_net(spec.state_dim, n_agents, 1.0, args)  # the script's critic
-            per_agent = m.mlp_net(spec.state_dim, 1, 1.0, args)  # the official layout: every agent's copy of the state
+            once = m.mlp_net(width, n_agents, 1.0, args)  # the script's critic
+            per_agent = m.mlp_net(width, 1, 1.0, args)  # the official layout: every agent's copy of the state
             for critic, x in ((once, state), (per_agent, state.repeat_interleave(n_agents, dim=0))):
 
                 def update(critic=critic, x=x):

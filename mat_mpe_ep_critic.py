@@ -1,8 +1,8 @@
 """The Multi-Agent Transformer (MAT, Wen et al., 2022) with a centralized critic on the environment's state.
 
-`mat_mpe.py` with one change: the values come from `mappo_mpe.py`'s EP critic, an MLP on `env.state()` once per env
-with a value head per agent, instead of the encoder's value head on the observations (the official MAT zeroes its
-state input: MAT issues #8 and #30). The encoder-decoder acts, trained by the policy loss and the entropy bonus.
+`mat_mpe.py` with one change: the values come from `mappo_mpe.py`'s EP critic, an MLP once per env with a value head
+per agent, on `env.state()` joined to the encoder's representations, instead of the encoder's value head (the official
+MAT zeroes its state input: MAT issues #8 and #30). The value loss trains the encoder through the critic, as in MAT.
 
 Above the banner, the algorithm: hyperparameters, networks, value normalization, rollout buffer and GAE, PPO update and
 `main()`, the training loop. Below it, the run's machinery: the other flags, the envs, resume, evaluation, test mode.
@@ -294,8 +294,10 @@ class MultiAgentTransformer(nn.Module):
         self.decoder_blocks = nn.ModuleList(DecodeBlock(n_embd, args.n_head) for _ in range(args.n_block))
         self.action_head = head(n_embd, spec.action_dim)
         self.std_logit = nn.Parameter(torch.full((spec.action_dim,), 2.0)) if spec.continuous else None  # std 0.88
-        # mappo_mpe.py's EP critic: on the state, a value head per agent; with none (state_dim 0), on each agent's input
-        self.critic = mlp_net(spec.state_dim or in_dim, n_agents if spec.state_dim else 1, 1.0, args)
+        # mappo_mpe.py's EP critic, a value head per agent, on the state and the encoder's representations (the value
+        # loss trains the encoder too); with no state (state_dim 0), on each agent's representation
+        critic_in = spec.state_dim + n_agents * n_embd if spec.state_dim else n_embd
+        self.critic = mlp_net(critic_in, n_agents if spec.state_dim else 1, 1.0, args)
 
     def agent_inputs(self, obs, agent_order):
         """Observations (entities sorted) with the one-hot id of agent `agent_order[b, i]` (None: i) at position i."""
@@ -310,12 +312,16 @@ class MultiAgentTransformer(nn.Module):
         return self.encoder_blocks(self.obs_encoder(x))
 
     def get_value(self, obs, state):
-        """(B, n_agents) values (normalized with ValueNorm on) from the state (B, state_dim), or each agent's input."""
+        """(B, n_agents) values (normalized with ValueNorm on) of the observations and the state (B, state_dim)."""
+        return self.critic_value(self.encode(self.agent_inputs(obs, None)), state)
+
+    def critic_value(self, obs_rep, state):
+        """Values from the state and the representations (B, n_agents, n_embd) in the agents' own order."""
         if not state.shape[-1]:
-            return self.critic(self.agent_inputs(obs, None)).flatten(1)
+            return self.critic(obs_rep).flatten(1)
         if self.entities:  # spread's state joins the agents' observations: sort each one's part
             state = sort_entities(state.unflatten(-1, (len(self.agent_ids), -1)), self.entities).flatten(-2)
-        return self.critic(state)
+        return self.critic(torch.cat([state, obs_rep.flatten(1)], dim=-1))
 
     def action_tokens(self, actions, alive):
         """A one-hot or the action vector; for an agent out of the episode, a token no action gives: it did not act."""
@@ -361,10 +367,10 @@ class MultiAgentTransformer(nn.Module):
         return tuple(in_agent_order(x, agent_order.argsort(dim=1)) for x in (actions, logprobs))
 
     def evaluate_actions(self, obs, actions, alive, avail, agent_order=None):
-        """Log-probs and entropies (B, n_agents) of joint actions, all inputs already in `agent_order`."""
+        """Log-probs, entropies (B, n_agents) and representations of joint actions, all inputs in `agent_order`."""
         obs_rep = self.encode(self.agent_inputs(obs, agent_order))
         dist = action_distribution(self.decode(self.shift_actions(actions, alive), obs_rep), avail, self.std_logit)
-        return dist.log_prob(actions), dist.entropy()
+        return dist.log_prob(actions), dist.entropy(), obs_rep
 
 
 # ---------------------------------------- Value normalization --------------------------------------------------------
@@ -503,11 +509,12 @@ def ppo_step(agent: MultiAgentTransformer, optimizer, batch: list, args: Args) -
     order = batch[9] if len(batch) > 9 else None  # (B, n_agents) with --shuffle-agents: the order each acted in
     in_order = [in_agent_order(x, order) for x in batch[:6]] if order is not None else batch[:6]
     obs, actions, alive, avail, old_logprobs, advantages = in_order
-    logprobs, entropy = agent.evaluate_actions(obs, actions, alive, avail, order)
+    logprobs, entropy, obs_rep = agent.evaluate_actions(obs, actions, alive, avail, order)
     policy_loss, pg_stats = policy_loss_fn(logprobs, old_logprobs, advantages, alive, args.clip)
     entropy = masked_mean(entropy, alive)
-    obs, alive, state, old_values, returns = batch[0], batch[2], *batch[6:9]  # the critic's: in the agents' own order
-    value_loss = value_loss_fn(agent.get_value(obs, state), old_values, returns, alive, args)
+    alive, state, old_values, returns = batch[2], *batch[6:9]  # the critic's: in the agents' own order
+    obs_rep = obs_rep if order is None else in_agent_order(obs_rep, order.argsort(dim=1))
+    value_loss = value_loss_fn(agent.critic_value(obs_rep, state), old_values, returns, alive, args)
     optimizer.zero_grad()
     (policy_loss - args.ent_coef * entropy + args.vf_coef * value_loss).backward()
     transformer_params, critic_params = (group["params"] for group in optimizer.param_groups)  # see build_agent
@@ -1528,9 +1535,8 @@ def memory_estimate(spec: EnvSpec, args: Args) -> int:
     n_agents = len(spec.agents)
     inputs = spec.obs_dim + spec.state_dim / n_agents  # floats of observation and state stored per agent-step
     ids = 0 if args.nearest_k else n_agents  # one-hot ids joined to the observations (none with --nearest-k)
-    width = len(nearest_columns(spec, args.nearest_k)) if args.nearest_k else spec.obs_dim  # of what the encoder reads
     per_agent_step = 4 * inputs + args.n_embd * (8 + 14 * args.n_block + (8 + 12 * args.n_block) / args.num_mini_batch)
-    per_agent_step += 2 * ids + 3 * (width + ids) * (spec.state_dim == 0)  # no state: the critic reads the same rows
+    per_agent_step += 2 * ids + 3 * args.n_embd  # the critic's input: the representations, with the state or alone
     with torch.device("meta"):  # the model's size without its memory: weights, gradients, Adam's two moments
         weights = 16 * sum(p.numel() for p in build_agent(spec, args, torch.device("meta"))[0].parameters())
     return int(4 * args.episode_length * args.n_rollout_threads * n_agents * per_agent_step + weights)

@@ -92,29 +92,30 @@ def test_sorted_critic_does_not_see_the_order_of_landmarks_in_the_state():
     """With --sort-entities the state critic sorts each agent's part of the state as the encoder sorts the
     observations: shuffling the landmark blocks of every part leaves the values exactly as they were."""
     model, spec = random_model(sort_entities=True)
-    state = torch.randn(32, 3, spec.obs_dim)  # the observations that mpe2's state joins
+    obs, state = torch.randn(32, 3, spec.obs_dim), torch.randn(32, 3, spec.obs_dim)  # mpe2's state joins observations
     shuffled = state.clone()
     shuffled[..., 4:10] = state[..., 4:10].unflatten(-1, (3, 2))[..., [2, 0, 1], :].flatten(-2)
     with torch.no_grad():
-        values = model.get_value(None, state.flatten(1))
-        torch.testing.assert_close(model.get_value(None, shuffled.flatten(1)), values, rtol=0, atol=0)
+        values = model.get_value(obs, state.flatten(1))
+        torch.testing.assert_close(model.get_value(obs, shuffled.flatten(1)), values, rtol=0, atol=0)
         plain, _ = random_model()
-        assert not torch.allclose(plain.get_value(None, shuffled.flatten(1)), plain.get_value(None, state.flatten(1)))
+        assert not torch.allclose(plain.get_value(obs, shuffled.flatten(1)), plain.get_value(obs, state.flatten(1)))
 
 
 @pytest.mark.parametrize("n_agents", [3, 12])
 def test_once_per_env_equals_per_agent_on_replicated_states(n_agents):
     """The official buffer replicates the env's state for every agent and runs the critic per agent; here the
-    critic runs once per env with one head per agent, and agent i's value must be head i, from the state alone.
-    A known answer first: a last layer of zero weights and biases 0..N-1 gives agent i the value i in every row,
-    whatever the observations (heads mixed up, or observations read, fail it); then random weights against the
-    replicated layout, in float64."""
+    critic runs once per env with one head per agent on the state and the encoder's representations, and agent i's
+    value must be head i. Random weights against the replicated layout, in float64; then a known answer: a last
+    layer of zero weights and biases 0..N-1 gives agent i the value i in every row (heads mixed up fail it)."""
     model, spec = random_model(n_agents=n_agents)
     model.double()
     obs, state = torch.randn(64, n_agents, spec.obs_dim).double(), torch.randn(64, spec.state_dim).double()
     values = model.get_value(obs, state)
-    torch.testing.assert_close(values, model.get_value(torch.randn_like(obs), state), atol=0, rtol=0)
-    replicated = state.unsqueeze(1).expand(-1, n_agents, -1)  # (B, n_agents, state_dim), as the official accessor
+    assert not torch.allclose(values, model.get_value(torch.randn_like(obs), state))  # the observations are read
+    obs_rep = model.encode(model.agent_inputs(obs, None))  # (B, n_agents, n_embd)
+    joined = torch.cat([state, obs_rep.flatten(1)], dim=-1)
+    replicated = joined.unsqueeze(1).expand(-1, n_agents, -1)  # (B, n_agents, F), as the official accessor
     per_agent = model.critic(replicated).diagonal(dim1=1, dim2=2)  # agent i reads head i of its own row
     torch.testing.assert_close(values, per_agent, atol=1e-6, rtol=0)
     assert values.shape == (64, n_agents) and values.std(dim=0).min() > 0.01  # the state moves every agent's value
@@ -139,10 +140,11 @@ def test_the_critic_sees_one_row_per_env_step(monkeypatch):
     buffer = random_rollout(agent, spec, T, n_envs)
     assert rows == []
     buffer.compute_values(agent, value_norm)
-    assert rows == [((T + 1) * n_envs, 54), (T * n_envs, 54)]
+    width = spec.state_dim + 3 * args.n_embd  # the state and the agents' representations
+    assert rows == [((T + 1) * n_envs, width), (T * n_envs, width)]
     rows.clear()
     m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(T, n_envs, 3), torch.randn(T, n_envs, 3), args)
-    assert rows == [(T * n_envs // num_mini_batch, 54)] * (2 * num_mini_batch)
+    assert rows == [(T * n_envs // num_mini_batch, width)] * (2 * num_mini_batch)
 
 
 def test_critic_and_transformer_are_clipped_separately_and_share_no_parameters():
@@ -157,6 +159,38 @@ def test_critic_and_transformer_are_clipped_separately_and_share_no_parameters()
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(4, 2, 3), 10 * torch.randn(4, 2, 3), args)
     assert {"actor_grad_norm", "critic_grad_norm"} <= set(stats) and "grad_norm" not in stats
     assert stats["critic_grad_norm"] > 1e-3 and stats["actor_grad_norm"] > 1e-3  # both were clipped, each alone
+
+
+@pytest.mark.parametrize("shuffle_agents", [False, True])
+def test_the_value_loss_trains_the_encoder_on_representations_in_the_agents_own_order(shuffle_agents):
+    """The update's values (the encoder's representations of the decoding order, put back in the agents' own order)
+    equal get_value's; the value loss alone moves the encoder, and never the decoder."""
+    torch.manual_seed(0)
+    spec = env_spec()
+    agent = m.build_agent(spec, m.Args(), CPU)[0]
+    buffer = random_rollout(agent, spec, 4, 2, shuffle_agents)
+    obs, state = buffer.obs[:-1].flatten(0, 1), buffer.state[:-1].flatten(0, 1)
+    order = None if buffer.agent_order is None else buffer.agent_order.flatten(0, 1)
+    in_order = (lambda x: x) if order is None else (lambda x: m.in_agent_order(x, order))  # noqa: E731
+    actions, alive, avail = (in_order(x.flatten(0, 1)) for x in (buffer.actions, buffer.alive[:-1], buffer.avail[:-1]))
+    obs_rep = agent.evaluate_actions(in_order(obs), actions, alive, avail, order)[2]
+    obs_rep = obs_rep if order is None else m.in_agent_order(obs_rep, order.argsort(dim=1))
+    values = agent.critic_value(obs_rep, state)
+    torch.testing.assert_close(values, agent.get_value(obs, state), atol=1e-5, rtol=0)
+    values.sum().backward()
+    grads = {name.split(".")[0] for name, p in agent.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert grads == {"obs_encoder", "encoder_blocks", "critic"}
+
+
+def test_without_a_state_the_critic_reads_each_agents_representation():
+    """state_dim 0 (joined observations too large): one value head on each agent's representation."""
+    spec = env_spec()._replace(has_state=False, state_dim=0)
+    model = m.MultiAgentTransformer(spec, m.Args())
+    obs = torch.randn(5, 3, spec.obs_dim)
+    obs_rep = model.encode(model.agent_inputs(obs, None))
+    values = model.get_value(obs, torch.zeros(5, 0))
+    torch.testing.assert_close(values, model.critic(obs_rep)[..., 0], atol=0, rtol=0)
+    assert values.shape == (5, 3) and model.critic[0][0].normalized_shape == (m.Args().n_embd,)
 
 
 @pytest.mark.parametrize("lr,critic_lr", [(1e-3, 0.0), (0.0, 1e-3)])
@@ -192,7 +226,7 @@ def test_autoregressive_logprobs_equal_teacher_forced_ones(n_block, n_head, cont
         actions, logprobs = model.decode_autoregressive(obs_rep, avail, all_alive(obs), deterministic=False)
         torch.manual_seed(0)  # the same draws again: the head outputs those actions were drawn from
         _, _, outs = full_re_decode(model, obs_rep, avail, m.action_distribution)
-        tf_logprobs, tf_entropy = model.evaluate_actions(obs, actions, all_alive(obs), all_actions(spec, obs))
+        tf_logprobs, tf_entropy, _ = model.evaluate_actions(obs, actions, all_alive(obs), all_actions(spec, obs))
     torch.testing.assert_close(tf_logprobs, logprobs, atol=1e-5, rtol=0)
     torch.testing.assert_close(
         tf_entropy, m.action_distribution(outs, avail, model.std_logit).entropy(), atol=1e-5, rtol=0
@@ -227,7 +261,7 @@ def test_model_shapes(env_id):
     obs, state = torch.randn(7, n_agents, obs_dim), torch.randn(7, state_dim)
     actions, logprobs = model.act(obs, all_alive(obs), all_actions(spec, obs))
     assert actions.shape == logprobs.shape == (7, n_agents) and actions.dtype == torch.long
-    logprob, entropy = model.evaluate_actions(obs, actions, all_alive(obs), all_actions(spec, obs))
+    logprob, entropy, _ = model.evaluate_actions(obs, actions, all_alive(obs), all_actions(spec, obs))
     assert logprob.shape == entropy.shape == model.get_value(obs, state).shape == (7, n_agents)
 
 

@@ -24,7 +24,7 @@ CASES = [(script, [], envs) for script, envs in zip(SCRIPTS, (2010, 1010, 510, 5
     ("mappo_mpe_rnn", ["--state-type", "AS"], 600),
     # a thousand agents of 3-number observations: the actors' one-hot ids, 1,000 numbers beside 3, dominate
     ("mappo_mpe_rnn", "--env-id tests.random_env --env-kwargs n_agents 1000 action discrete3".split(), 4),
-    # no state and a wide observation: mat_mpe_ep_critic.py's critic reads each agent's observation and id
+    # no state and a wide observation: mat_mpe_ep_critic.py's critic reads each agent's representation
     ("mat_mpe_ep_critic", "--env-id tests.random_env:RandomEnv --env-kwargs obs long n_agents 3".split(), 110),
 ]
 
