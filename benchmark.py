@@ -897,7 +897,7 @@ class UpdateGraph(Mode):
     """Milliseconds per PPO update (10 passes over a 25-step rollout of random data, the device synchronized,
     the median of updates 4 to 8) four ways: eager; the networks compiled with reduce-overhead, as before issue 85;
     each minibatch step a CUDA graph of eager kernels; a CUDA graph of the compiled networks, as the scripts run on a
-    GPU. On a CPU (--smoke) the eager way only."""
+    GPU. On a CPU the eager way (one torch thread) and its floor: the same update's matrix products alone."""
 
     threads: int = 32
     """--n-rollout-threads of the rollout"""
@@ -905,40 +905,70 @@ class UpdateGraph(Mode):
     def __call__(self):
         m, cuda = script_module(self.script), torch.cuda.is_available()
         ways = ["eager", "compiled", "graph of eager kernels", "graph of compiled networks"][: 4 if cuda else 1]
+        if not cuda:
+            torch.set_num_threads(1)  # as the scripts train on the 2-core CPU
+        times = [update_ms(m, self.threads, way) for way in ways]
+        if not cuda:
+            times += [matmul_floor_ms(m, self.threads)]
+            ways, times = [*ways, "matmul floor", "eager / floor"], [*times, times[0] / times[1]]
         print(header("script", "envs", *ways))
-        print(
-            row(
-                f"`{SCRIPTS[self.script]}.py`",
-                self.threads,
-                *(f"{update_ms(m, self.threads, way):.1f}" for way in ways),
-            )
-        )
+        print(row(f"`{SCRIPTS[self.script]}.py`", self.threads, *(f"{ms:.1f}" for ms in times)))
 
 
-def update_ms(m, n_envs: int, way: str) -> float:
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def update_inputs(m, n_envs: int, device: torch.device) -> tuple:
+    """A script's agent, optimizer and value norm, and a rollout of random data, for its `ppo_update`."""
     args = m.Args(n_rollout_threads=n_envs, ppo_epoch=10)  # the official 10 passes, as docs/speed.md measured
     spec = m.get_env_spec(args.env_id, m.scenario_kwargs(args))
     torch.manual_seed(0)
     agent, value_norm, optimizer = m.build_agent(spec, args, device)
-    if way.endswith("compiled networks"):
-        m.compile_for_gpu(agent, envs=None)
-    for name in ("get_dist", "evaluate_actions", "get_value") if way == "compiled" else ():
-        if hasattr(agent, name):
-            setattr(agent, name, torch.compile(getattr(agent, name), mode="reduce-overhead"))
     buffer = m.RolloutBuffer(25, n_envs, spec, device)
     for name in ("obs", "state", "values", "logprobs"):
         getattr(buffer, name, torch.empty(0)).normal_()
     buffer.actions.random_(0, spec.action_dim)
     advantages, returns = torch.randn(2, 25, n_envs, len(spec.agents), device=device)
+    return agent, optimizer, value_norm, buffer, advantages, returns, args
+
+
+def update_ms(m, n_envs: int, way: str) -> float:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    agent, *inputs = update_inputs(m, n_envs, device)
+    if way.endswith("compiled networks"):
+        m.compile_for_device(agent, None, device)
+    for name in ("get_dist", "evaluate_actions", "get_value") if way == "compiled" else ():
+        if hasattr(agent, name):
+            setattr(agent, name, torch.compile(getattr(agent, name), mode="reduce-overhead"))
     step = m.GraphedStep(m.ppo_step) if way.startswith("graph") else m.ppo_step
     times = []
     for _ in range(8):
         torch.cuda.synchronize() if device.type == "cuda" else None
         start = time.perf_counter()
-        m.ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args, step)  # waits for its stats
+        m.ppo_update(agent, *inputs, step)  # waits for its stats
         times.append(1000 * (time.perf_counter() - start))
     return statistics.median(times[3:])
+
+
+def matmul_floor_ms(m, n_envs: int) -> float:
+    """A CPU update's matrix products alone, in a tight loop: of every linear layer call of one update, the forward
+    product, the weight's gradient and, where autograd needs it, the input's, at their shapes (median of 5)."""
+    agent, *inputs = update_inputs(m, n_envs, torch.device("cpu"))
+    products = []
+
+    def record(layer, layer_inputs, _):
+        x = layer_inputs[0].detach().flatten(0, -2)  # (rows, in_features)
+        w, dy = layer.weight.detach(), torch.randn(len(x), layer.out_features)  # (out, in), (rows, out)
+        products.extend([(x, w.t()), (dy.t(), x)] + [(dy, w)] * layer_inputs[0].requires_grad)
+
+    hooks = [layer.register_forward_hook(record) for layer in agent.modules() if isinstance(layer, torch.nn.Linear)]
+    m.ppo_update(agent, *inputs, m.ppo_step)
+    for hook in hooks:
+        hook.remove()
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for a, b in products:
+            torch.mm(a, b)
+        times.append(1000 * (time.perf_counter() - start))
+    return statistics.median(times)
 
 
 MODES = {"grid": Grid, "learn": Learn, "panel": Panel, "scaling": Scaling, "sweep": Sweep, "resume": Resume}

@@ -618,7 +618,7 @@ class Args(Hyperparameters):
     n_training_threads: int = 0
     """torch threads on the CPU; 0: half the cores, so that two runs side by side keep their speed"""
     compile: bool = True
-    """on a GPU, torch.compile the networks and the env step and replay acting and updates as CUDA graphs"""
+    """on a GPU, torch.compile acting, the env step and the update, graphed (a CPU run stays eager: docs/speed.md)"""
     track: bool = False
     """track the run with Weights and Biases"""
     wandb_project_name: str = "mat-mpe"
@@ -680,10 +680,10 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.spec = spec = get_env_spec(args.env_id, scenario_kwargs(args))
         random.seed(args.seed)  # for an env that draws from these generators (the probe seeded them with 0)
         np.random.seed(args.seed)
-        self.compiled = args.compile and device.type == "cuda"  # on a CPU compiling gains nothing
+        self.compiled = compiles(args, device)
         check_memory(spec, args, device)
-        compiling = ", compiling first, the update as one CUDA graph" * self.compiled
-        print(f"training on {device.type}, torch threads: {torch.get_num_threads()}" + compiling)
+        compiling = ", compiling first" + ", the update as one CUDA graph" * (device.type == "cuda")
+        print(f"training on {device.type}, torch threads: {torch.get_num_threads()}" + compiling * self.compiled)
         if args.resume and os.path.isdir(args.resume):  # a run folder: its checkpoint
             args = dataclasses.replace(args, resume=os.path.join(args.resume, "checkpoint.pt"))
         self.checkpoint = checkpoint = load_checkpoint(args.resume, device) if args.resume else None
@@ -723,11 +723,11 @@ class TrainingRun(contextlib.AbstractContextManager):
             signal.signal(s, handler)
 
     def start(self, agent: nn.Module, value_norm, optimizer, buffer) -> Progress:
-        """Takes the model, puts a resumed run's state back (else resets the envs) and compiles on a GPU."""
+        """Takes the model, puts a resumed run's state back (else resets the envs) and compiles."""
         self.model, self.buffer, self.losses = (agent, value_norm, optimizer), buffer, {}
         if self.compiled:
-            compile_for_gpu(agent, self.envs)
-        self.ppo_step = GraphedStep(ppo_step) if self.compiled else ppo_step
+            compile_for_device(agent, self.envs, self.device)
+        self.ppo_step = GraphedStep(ppo_step) if self.compiled and self.device.type == "cuda" else ppo_step
         if self.checkpoint is None:
             self.envs.reset()
         else:
@@ -756,7 +756,7 @@ class TrainingRun(contextlib.AbstractContextManager):
         lr = self.model[2].param_groups[0]["lr"]
         log_iteration(self.writer, global_step, sps, seconds, lr, losses, ended_returns, self.spec.agents)
         if (first := global_step == self.start_step + batch) and self.compiled:
-            print(f"step {global_step:>9,} | compiled for the GPU in {sum(seconds.values()):.0f} s (once a run)")
+            print(f"step {global_step:>9,} | compiled in {sum(seconds.values()):.0f} s (once a run)")
         last, apart = iteration == self.num_iterations, 30 * batch
         if due(global_step, args.eval_interval or max(50_000, apart), global_step - progress.eval_step) or last:
             self.evaluate()
@@ -1569,12 +1569,17 @@ def setup_torch(args: Args) -> torch.device:
     return device
 
 
-def compile_for_gpu(agent: nn.Module, envs: VecEnv):
-    """torch.compile the batched env's step (a few kernels from some sixty) and the networks, acting as a CUDA graph."""
+def compiles(args: Args, device: torch.device) -> bool:
+    """--compile on a GPU; unlike MAT's, a CPU run stays eager (its check on spread fell short: docs/speed.md)."""
+    return args.compile and device.type == "cuda"
+
+
+def compile_for_device(agent: nn.Module, envs: VecEnv, device: torch.device):
+    """torch.compile the batched env's step and acting; on a GPU the other entry points too, acting as a CUDA graph."""
     if isinstance(envs, BatchedMPE):
         envs.advance = torch.compile(envs.advance)
-    for name in ("act", "evaluate_actions", "get_value"):
-        mode = "reduce-overhead" if name == "act" else "default"
+    for name in ("act", "evaluate_actions", "get_value") if device.type == "cuda" else ("act",):
+        mode = "reduce-overhead" if name == "act" and device.type == "cuda" else "default"
         setattr(agent, name, torch.compile(getattr(agent, name), mode=mode))
 
 

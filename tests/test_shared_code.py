@@ -39,7 +39,8 @@ VARIANTS = {
     "training_state": {"mappo_mpe_rnn"},  # keeps the GRUs' hidden states for the next rollout
     "resume_training": {"mappo_mpe_rnn"},  # and puts them back
     "TrainingRun": {"mappo_mpe_rnn"},  # the GRUs have no --compile
-    "compile_for_gpu": {"mat_mpe", "mat_mpe_ep_critic"},  # the transformer's entry points
+    "compile_for_device": {"mat_mpe", "mat_mpe_ep_critic"},  # the transformer's entry points
+    "compiles": {"mappo_mpe", "mat_mpe_ep_critic"},  # from 4M steps on a CPU (MAT: 1M); eager on a CPU
     "MultiAgentTransformer": {"mat_mpe_ep_critic"},  # the critic on the state replaces the encoder's value head
     "build_agent": {"mat_mpe", "mat_mpe_ep_critic"},  # the transformer (the GRUs' Agent is built as the MLPs')
 }
@@ -106,8 +107,8 @@ def test_compile_traces_every_entry_point_and_the_env_step_whole(script, entry_p
     """On a GPU (`--compile`, the default there) the network entry points of the training loop go to torch.compile,
     acting with CUDA graphs, which need one whole graph a call, the update's inside the CUDA graph of each minibatch
     step, which needs them free of host syncs, and the batched env's `advance` to Inductor's fusion. Here
-    each is traced by Dynamo in full (`fullgraph`) through a training iteration and run by its eager backend; on the
-    CPU a run compiles nothing."""
+    each is traced by Dynamo in full (`fullgraph`) through a training iteration and run by its eager backend. A CPU
+    compiles acting and `advance` only, and a short run nothing."""
     module, torch_compile, compiled = importlib.import_module(script), torch.compile, []
 
     def compile_whole_and_run_eagerly(function, mode=None):
@@ -117,21 +118,45 @@ def test_compile_traces_every_entry_point_and_the_env_step_whole(script, entry_p
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(torch, "compile", compile_whole_and_run_eagerly)
     flags = ["--total-timesteps", "100", "--n-rollout-threads", "4", "--n-eval-episodes", "2", "--ppo-epoch", "2"]
+    args = module.parse_args(flags)
     try:
-        assert module.main(module.parse_args(flags))["global_step"] == 100 and compiled == []  # the CPU: eager
-        init = module.TrainingRun.__init__
-
-        def as_on_a_gpu(run, args):  # which compiles
-            init(run, args)
-            run.compiled = True
-
-        monkeypatch.setattr(module.TrainingRun, "__init__", as_on_a_gpu)
-        monkeypatch.setattr(module, "GraphedStep", lambda step: step)  # its CUDA graphs need a GPU
-        assert module.main(module.parse_args(flags))["global_step"] == 100
+        assert module.main(args)["global_step"] == 100 and compiled == []  # a short run: eager
+        monkeypatch.setattr(module, "compiles", lambda args, device: True)  # as a long one
+        assert module.main(args)["global_step"] == 100 and compiled == [("advance", None), ("act", "default")]
+        compiled.clear()
+        on_cpu = module.compile_for_device
+        monkeypatch.setattr(
+            module, "compile_for_device", lambda agent, envs, _: on_cpu(agent, envs, torch.device("cuda"))
+        )
+        assert module.main(args)["global_step"] == 100  # compiled as on a GPU, the update not graphed here
     finally:
         torch._dynamo.reset()
     modes = [(name, "reduce-overhead" if name == "act" else "default") for name in entry_points]  # in GraphedStep
     assert compiled == [("advance", None)] + modes
+
+
+@pytest.mark.parametrize("script, steps", [("mappo_mpe", 4_000_000), ("mat_mpe", 1_000_000)])
+def test_a_cpu_compiles_a_long_run_where_inductor_can_build(script, steps, monkeypatch, tmp_path):
+    """The compile (15 to 35 s on the 2-core CPU) pays back in MAT's runs of 1M steps, MAPPO's of 4M; without a C++
+    compiler or Python's headers, Inductor's needs on a CPU, the run stays eager, not failing in its first step."""
+    module, cpu, gpu = importlib.import_module(script), torch.device("cpu"), torch.device("cuda")
+    long_run, compile_off = module.Args(total_timesteps=steps), module.Args(total_timesteps=steps, compile=False)
+    assert module.compiles(long_run, cpu) and module.compiles(module.Args(total_timesteps=100), gpu)
+    assert not module.compiles(module.Args(total_timesteps=steps - 1), cpu)
+    assert not module.compiles(compile_off, cpu) and not module.compiles(compile_off, gpu)
+    monkeypatch.setattr(module.sysconfig, "get_path", lambda name: str(tmp_path))  # no Python.h there
+    assert not module.compiles(long_run, cpu)
+    monkeypatch.undo()
+    monkeypatch.setattr(importlib.import_module("torch._inductor.config").cpp, "cxx", ("no-such-compiler++",))
+    assert not module.compiles(long_run, cpu)
+
+
+def test_the_state_critic_mat_stays_eager_on_a_cpu():
+    """Its compiled runs fell short of its grid cell on spread (docs/speed.md): a CPU run stays eager, a GPU's not."""
+    module = importlib.import_module("mat_mpe_ep_critic")
+    assert not module.compiles(module.Args(total_timesteps=10_000_000), torch.device("cpu"))
+    gpu = torch.device("cuda")
+    assert module.compiles(module.Args(), gpu) and not module.compiles(module.Args(compile=False), gpu)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
