@@ -26,6 +26,7 @@ import os
 import random
 import signal
 import sys
+import sysconfig
 import time
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol, runtime_checkable
@@ -618,7 +619,7 @@ class Args(Hyperparameters):
     n_training_threads: int = 0
     """torch threads on the CPU; 0: half the cores, so that two runs side by side keep their speed"""
     compile: bool = True
-    """on a GPU, torch.compile acting, the env step and the update, graphed (a CPU run stays eager: docs/speed.md)"""
+    """torch.compile acting and the env step (on a CPU in runs of 1M steps or more); on a GPU the update too, graphed"""
     track: bool = False
     """track the run with Weights and Biases"""
     wandb_project_name: str = "mat-mpe"
@@ -1570,8 +1571,14 @@ def setup_torch(args: Args) -> torch.device:
 
 
 def compiles(args: Args, device: torch.device) -> bool:
-    """--compile on a GPU; unlike MAT's, a CPU run stays eager (its check on spread fell short: docs/speed.md)."""
-    return args.compile and device.type == "cuda"
+    """--compile on a GPU; on a CPU in runs that pay the compile back (docs/speed.md), if Inductor can build there."""
+    if device.type == "cuda" or not args.compile or args.total_timesteps < 1_000_000:
+        return args.compile and device.type == "cuda"
+    has_headers = os.path.isfile(os.path.join(sysconfig.get_path("include"), "Python.h"))
+    try:  # Inductor builds its CPU kernels against Python's headers; its search raises when it finds no C++ compiler
+        return has_headers and bool(importlib.import_module("torch._inductor.cpp_builder").get_cpp_compiler())
+    except RuntimeError:
+        return False
 
 
 def compile_for_device(agent: nn.Module, envs: VecEnv, device: torch.device):
