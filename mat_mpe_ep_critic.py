@@ -26,7 +26,7 @@ import os
 import random
 import signal
 import sys
-import sysconfig
+import threading
 import time
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol, runtime_checkable
@@ -45,7 +45,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 @dataclass
 class Hyperparameters:
-    """What a run learns and how: the task and the algorithm's settings (the other flags: `Args`, below the banner)."""
+    """The task and the algorithm's settings (the run's other flags: `Args`, below the banner)."""
 
     # Environment
     env_id: str = "simple_spread_v3"
@@ -618,8 +618,8 @@ class Args(Hyperparameters):
     """use the GPU when one is available"""
     n_training_threads: int = 0
     """torch threads on the CPU; 0: half the cores, so that two runs side by side keep their speed"""
-    compile: bool = True
-    """torch.compile acting and the env step (on a CPU in runs of 1M steps or more); on a GPU the update too, graphed"""
+    compile: bool = False
+    """torch.compile acting and the env step; on a GPU, where it is the default, the update too, graphed"""
     track: bool = False
     """track the run with Weights and Biases"""
     wandb_project_name: str = "mat-mpe"
@@ -656,7 +656,7 @@ class Args(Hyperparameters):
     """environment steps between progress lines"""
 
 
-def parse_args(argv: list[str] | None = None) -> Args:
+def parse_args(argv=None):
     """The command line over the preset of its --preset, --env-id and --continuous-actions (read in a first pass)."""
     argv = sys.argv[1:] if argv is None else argv
     for start in [i + 1 for i, arg in enumerate(argv) if arg in ("--env-kwargs", "--env_kwargs")]:
@@ -670,18 +670,20 @@ def parse_args(argv: list[str] | None = None) -> Args:
     settings = PRESETS[chosen.preset].get(chosen.env_id, {})
     if chosen.continuous_actions:
         settings = settings | CONTINUOUS_PRESETS[chosen.preset].get(chosen.env_id, {})
+    if hasattr(chosen, "compile") and chosen.cuda and torch.cuda.is_available():
+        settings = settings | {"compile": True}
     return tyro.cli(Args, args=argv, default=dataclasses.replace(Args(), **settings))
 
 
 class TrainingRun(contextlib.AbstractContextManager):
-    """All a training run does besides learning: envs, logs, resume, signals, evaluations, checkpoints, faults."""
+    """All but the learning: envs, logs, resume, signals, evaluations, checkpoints, faults."""
 
-    def __init__(self, args: Args):
+    def __init__(self, args):
         self.device = device = setup_torch(args)
         self.spec = spec = get_env_spec(args.env_id, scenario_kwargs(args))
-        random.seed(args.seed)  # for an env that draws from these generators (the probe seeded them with 0)
+        random.seed(args.seed)  # for an env that draws from these (the probe seeded them with 0)
         np.random.seed(args.seed)
-        self.compiled = compiles(args, device)
+        self.warmup = self.compiled = args.compile and compiles(device)
         check_memory(spec, args, device)
         compiling = ", compiling first" + ", the update as one CUDA graph" * (device.type == "cuda")
         print(f"training on {device.type}, torch threads: {torch.get_num_threads()}" + compiling * self.compiled)
@@ -717,13 +719,13 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.signal, stops = None, (signal.SIGINT, signal.SIGTERM)
         self.handlers = {s: signal.signal(s, self.request_stop) for s in stops}
 
-    def request_stop(self, signum: int | None, frame=None):
-        """A stop at the end of the iteration; the old handlers come back, so that a second signal acts at once."""
+    def request_stop(self, signum, frame=None):
+        """A stop at the iteration's end; the old handlers come back, so that a second signal acts at once."""
         self.signal = signum
         for s, handler in self.handlers.items():
             signal.signal(s, handler)
 
-    def start(self, agent: nn.Module, value_norm, optimizer, buffer) -> Progress:
+    def start(self, agent, value_norm, optimizer, buffer):
         """Takes the model, puts a resumed run's state back (else resets the envs) and compiles."""
         self.model, self.buffer, self.losses = (agent, value_norm, optimizer), buffer, {}
         if self.compiled:
@@ -742,7 +744,7 @@ class TrainingRun(contextlib.AbstractContextManager):
                 print(f"step {self.progress.global_step:>9,} | the final evaluation {self.progress.eval_return:7.2f}")
         return self.progress
 
-    def end_iteration(self, iteration: int, losses: dict, returns: Tensor, update_start: float) -> bool:
+    def end_iteration(self, iteration, losses, returns: Tensor, update_start):
         """After an update: its log, and when due an evaluation, a progress line, a checkpoint; True: a stop."""
         args, progress, buffer, batch = self.args, self.progress, self.buffer, self.batch
         seconds = {"rollout": update_start - self.rollout_start, "update": time.time() - update_start}
@@ -750,18 +752,22 @@ class TrainingRun(contextlib.AbstractContextManager):
         var = returns.var()
         losses["explained_variance"] = float("nan") if var == 0 else (1 - (returns - values).var() / var).item()
         progress.iteration, global_step, self.losses = iteration, progress.global_step, losses
-        sps = int((global_step - self.start_step) / (time.time() - self.start_time))
+        last, apart = iteration == self.num_iterations, 30 * batch
+        elapsed, steps = time.time() - self.start_time, global_step - self.start_step
+        warmup, self.warmup = self.warmup and not last, False  # a compiled run's first iteration: out of SPS, ETA
+        if warmup:
+            self.start_time, self.start_step = time.time(), global_step
+        sps = None if warmup else int(steps / elapsed)
         ended_returns = self.ended_episode_returns()
         if ended_returns is not None:
             progress.train_return = float(ended_returns.mean())
         lr = self.model[2].param_groups[0]["lr"]
         log_iteration(self.writer, global_step, sps, seconds, lr, losses, ended_returns, self.spec.agents)
-        if (first := global_step == self.start_step + batch) and self.compiled:
-            print(f"step {global_step:>9,} | compiled in {sum(seconds.values()):.0f} s (once a run)")
-        last, apart = iteration == self.num_iterations, 30 * batch
         if due(global_step, args.eval_interval or max(50_000, apart), global_step - progress.eval_step) or last:
             self.evaluate()
-        if due(global_step, args.log_interval, batch) or last or first:
+        if warmup:
+            print(f"step {global_step:>9,} | compiled in {elapsed:.0f} s (once a run)")
+        elif due(global_step, args.log_interval, batch) or last or global_step == self.start_step + batch:
             print(progress_line(progress, self.num_iterations * batch, sps, losses, args.eval_sample))
         stop = self.signal is not None  # read once: a later signal stops the next iteration, after its save
         if due(global_step, args.checkpoint_interval or max(200_000, apart), batch) or last or stop:
@@ -780,7 +786,7 @@ class TrainingRun(contextlib.AbstractContextManager):
         return (ended_sum / count).cpu().numpy() if (count := int(count)) else None
 
     def evaluate(self):
-        """Evaluates the policy and keeps the best model; an evaluation a stop cut short counts for nothing."""
+        """Evaluates and keeps the best model; an evaluation a stop cut short counts for nothing."""
         progress, step = self.progress, self.progress.global_step
         video = f"videos/{os.path.basename(self.run_dir)}/eval_{step}.mp4"
         returns = evaluate_and_record(self.model[0], self.eval_envs, self.args, self.writer, step, video, self)
@@ -792,14 +798,16 @@ class TrainingRun(contextlib.AbstractContextManager):
             if self.args.save_model:
                 self.save("best_model.pt")
 
-    def save(self, name: str, **training):
+    def save(self, name, **training):
         save_checkpoint(f"{self.run_dir}/{name}", *self.model, self.args, self.progress.global_step, **training)
 
     def __exit__(self, kind, error, trace):
-        """A fault of the machine's (a full disk): one error line, with the checkpoint kept; else `end`."""
-        self.request_stop(self.signal)
+        """`end`; a full disk: one error line, the checkpoint kept. A finished run ends as one, signals only noted."""
         progress, checkpoint = self.progress, f"{self.run_dir}/checkpoint.pt"
         finished = progress.eval_step == progress.global_step == self.num_iterations * self.batch
+        for s, handler in self.handlers.items():
+            noted = lambda signum, frame: setattr(self, "signal", self.signal or signum)  # noqa: E731
+            signal.signal(s, noted if kind is None and finished else handler)
         try:
             self.writer.close()  # TensorBoard's last events: a full disk may show here first
             self.end(kind, error, finished)
@@ -812,9 +820,11 @@ class TrainingRun(contextlib.AbstractContextManager):
             elif os.path.isfile(checkpoint):
                 line += f"; {checkpoint} is kept: once that is mended, add --resume {self.run_dir}"
             raise SystemExit(line) from None
+        finally:
+            self.request_stop(self.signal)
 
-    def end(self, kind, error, finished: bool):
-        """An env's fault: one error line, the last update kept; a stop before the end: how to go on; else a summary."""
+    def end(self, kind, error, finished):
+        """An env's fault: one error line, the last update kept; a stop: how to go on; else a summary."""
         progress, run_dir, resume = self.progress, self.run_dir, f"--resume {self.run_dir}/checkpoint.pt"
         if isinstance(error, EnvError):
             line = f"error: {error} at env step {progress.global_step:,}"
@@ -838,7 +848,7 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.summary = dict(run_name=os.path.basename(run_dir), losses=self.losses) | dataclasses.asdict(progress)
 
 
-MAX_INPUTS = 4096  # numbers in an observation or state the networks take, flattened: more is an image, for a CNN
+MAX_INPUTS = 4096  # numbers an observation or state may have for the MLPs; more is an image, for a CNN
 
 
 class EnvSpec(NamedTuple):
@@ -848,7 +858,7 @@ class EnvSpec(NamedTuple):
     state_dim: int  # 0: none (no state, and the observations joined would not fit)
     avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's actions or action dimensions
     continuous: bool  # action vectors in the unit box [0, 1]^action_dim (zero-padded)
-    action_masks: str  # where the env gives each agent's allowed actions: "info", "observation", "" (all allowed)
+    action_masks: str  # where the env gives the allowed actions: "info", "observation", "" (all allowed)
     has_state: bool  # the state is env.state(), flattened; else the agents' observations joined
     episode_limit: int  # steps before a time limit ends an episode; 0: none met
     entities: tuple  # groups of interchangeable entities in the observation (`sort_entities`; spread only)
@@ -856,8 +866,7 @@ class EnvSpec(NamedTuple):
     scenario: dict
 
 
-def scenario_kwargs(args: Args) -> dict:
-    """The env's keyword arguments."""
+def scenario_kwargs(args):
     continuous = {"continuous_actions": True} if args.continuous_actions else {}
     if args.env_id not in MPE_SCENARIOS:
         return args.env_kwargs | continuous
@@ -865,7 +874,7 @@ def scenario_kwargs(args: Args) -> dict:
     return kwargs | ({"N": args.n_agents} if args.env_id == "simple_spread_v3" else {})
 
 
-def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
+def make_env(env_id, scenario, render_mode=None):
     """The PettingZoo parallel env: mpe2's for an MPE scenario, else what `env_id` names (a module, class, function)."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     module, rendering = f"mpe2.{env_id}" if env_id in MPE_SCENARIOS else env_id, {"render_mode": render_mode}
@@ -874,7 +883,7 @@ def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
         if not callable(maker := getattr(maker, "parallel_env", maker)):
             raise TypeError(f"a module without parallel_env: name the env's class or function, as {module}:NAME")
         env = maker(**scenario, **rendering if render_mode else {})
-    except Exception as e:  # a missing module or keyword, or any error of the env's own constructor
+    except Exception as e:  # a missing module or keyword, or the env's own error
         raise SystemExit(f"error: --env-id {env_id}: cannot make an env of {module}: {e!r}") from None
     if hasattr(env, "agent_iter") or not hasattr(env, "possible_agents"):  # an AEC env's agents act in turn
         found = "an AEC env" if hasattr(env, "agent_iter") else f"{type(env).__name__}, without possible_agents"
@@ -885,7 +894,7 @@ def make_env(env_id: str, scenario: dict, render_mode: str | None = None):
     return env
 
 
-def import_path(path: str):
+def import_path(path):
     """The module at `module.name` or `module:name`, else the attribute its last part names."""
     module, _, name = (path := path.replace(":", ".")).rpartition(".")
     try:
@@ -896,9 +905,9 @@ def import_path(path: str):
     return getattr(importlib.import_module(module), name)
 
 
-def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
+def get_env_spec(env_id, scenario):
     """The env's spaces, read from it; what the networks cannot take is one error line."""
-    random.seed(0)  # the probe plays the same way every time, also an env that draws from these generators
+    random.seed(0)  # the probe plays alike every time, also an env that draws from these
     np.random.seed(0)
     env = make_env(env_id, scenario)
     first = call_env(env_id, env, "reset", seed=0)
@@ -937,9 +946,9 @@ def get_env_spec(env_id: str, scenario: dict) -> EnvSpec:
 TIME_LIMITS = ("max_cycles", "max_steps", "max_episode_steps", "episode_limit", "time_limit", "limit")
 
 
-def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
-    """Plays up to 400 seeded random steps from `first` (observations, infos) as training calls the env: its time
-    limit, whether state() answers throughout (else the observations joined), action masks from step() alone."""
+def probe_env(spec, env, first, state_space):
+    """Plays up to 400 seeded random steps from `first` (observations, infos) as training does: the env's time limit,
+    whether state() answers throughout (else the observations joined), masks from step() alone."""
     env_id, (observations, infos), sizes = spec.env_id, first, spec.avail_actions.sum(axis=1)
     problem = None if state_space else f"--env-id {env_id}: it has no Box state_space of at most {MAX_INPUTS} numbers"
     truncated, length = False, 0
@@ -977,7 +986,7 @@ def probe_env(spec: EnvSpec, env, first: tuple, state_space) -> EnvSpec:
     return spec._replace(episode_limit=(kept + [length if truncated else 0])[0])
 
 
-def env_state(spec: EnvSpec, env, obs: np.ndarray | None) -> np.ndarray:
+def env_state(spec, env, obs: np.ndarray | None):
     """(state_dim,) float32: env.state() flattened, or the observations `obs` joined; a wrong one is an EnvError."""
     joined = obs if spec.state_dim else ()  # none where the observations joined do not fit (state_dim 0)
     state = np.asarray(call_env(spec.env_id, env, "state") if spec.has_state else joined, dtype=np.float32).ravel()
@@ -988,9 +997,9 @@ def env_state(spec: EnvSpec, env, obs: np.ndarray | None) -> np.ndarray:
     return state
 
 
-def read_masks(spec: EnvSpec, observations: dict, infos: dict, alive: np.ndarray) -> np.ndarray:
-    """(n_agents, action_dim) bool: each agent's allowed actions, from the env's `action_mask` for the agents in the
-    episode (`alive`) that have one; a mask of the wrong size, or one that allows nothing, is an EnvError."""
+def read_masks(spec, observations, infos, alive: np.ndarray):
+    """(n_agents, action_dim) bool: the allowed actions of each agent in the episode (`alive`), from its `action_mask`
+    where it has one; a mask of the wrong size, or allowing nothing, is an EnvError."""
     if not spec.action_masks:
         return spec.avail_actions
     avail, source = spec.avail_actions.copy(), infos if spec.action_masks == "info" else observations
@@ -1026,7 +1035,7 @@ class StepResult(NamedTuple):
 @runtime_checkable
 class VecEnv(Protocol):
     """Copies of `spec`'s env stepped together; an ended episode begins the next in the same `step`. An agent who
-    leaves early (dies) stays terminated, with zero observations and rewards, its actions ignored, until the end."""
+    leaves early (dies) stays terminated, its observations and rewards zero, its actions ignored."""
 
     spec: EnvSpec
     keeps_episodes: bool  # whether `load_state_dict` puts back the episodes under way; else new ones begin
@@ -1038,23 +1047,22 @@ class VecEnv(Protocol):
     def load_state_dict(self, state: dict): ...
 
 
-# mpe2's world constants (_mpe_utils/core.py and simple_env.py): time step, damping, action force scale, contact force
+# mpe2's world constants (_mpe_utils/core.py and simple_env.py)
 DT, DAMPING, SENSITIVITY, CONTACT_FORCE, CONTACT_MARGIN = 0.1, 0.25, 5.0, 100.0, 1e-3
-LOCAL_RATIO = 0.5  # mpe2's default weight of the agent's own reward against the team's (spread and reference)
+LOCAL_RATIO = 0.5  # mpe2's weight of an agent's own reward against the team's (spread, reference)
 SPREAD_AGENT_SIZE = 0.15  # spread's agents collide when closer than twice this
 MOVES = [[0.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, -1.0], [0.0, 1.0]]  # discrete move: none, -x, +x, -y, +y
 
 
 class BatchedMPE:
-    """`n_envs` copies of an mpe2 scenario as tensors on `device`, with mpe2 1.1.1's arithmetic in its order (the tests
-    step both from one world). Episodes restart from a CPU generator: the same on every device. Unlike mpe2, agents at
-    one position push with zero force (mpe2: NaN). The world: `pos` (n_envs, n_agents + n_landmarks, 2), agents first;
-    `vel`, `comm`, `goal`; `steps` on the CPU, so that no step waits for the GPU."""
+    """`n_envs` copies of an mpe2 scenario as tensors, mpe2 1.1.1's arithmetic in its order; new episodes from a CPU
+    generator, the same on any device. The world: `pos` (n_envs, n_agents + n_landmarks, 2), agents first; `vel`,
+    `comm`, `goal`; `steps` on the CPU, so that no step waits for the GPU."""
 
     WORLD = ("pos", "vel", "comm", "goal", "steps")
     keeps_episodes = True
 
-    def __init__(self, spec: EnvSpec, n_envs: int, seed: int, device: torch.device):
+    def __init__(self, spec, n_envs, seed, device):
         self.spec, self.env_id, self.n_envs, self.device = spec, spec.env_id, n_envs, device
         self.max_cycles, self.continuous = spec.scenario["max_cycles"], spec.continuous
         self.n_agents = n_agents = len(spec.agents)
@@ -1078,7 +1086,7 @@ class BatchedMPE:
         self.comm, self.goal = zeros(n_envs, n_agents, self.dim_c), zeros(n_envs, n_agents, dtype=torch.long)
         self.steps = torch.zeros(n_envs, dtype=torch.long)
         self.alive = torch.ones(n_envs, n_agents, dtype=torch.bool, device=device)  # no agent leaves an episode early
-        self.never = torch.zeros_like(self.alive)  # terminated (no scenario ends early), or truncated between ends
+        self.never = torch.zeros_like(self.alive)  # no scenario terminates; truncated between ends
         self.avail = torch.as_tensor(spec.avail_actions, device=device).expand(n_envs, -1, -1)
         self.generator = torch.Generator().manual_seed(seed)
 
@@ -1197,10 +1205,10 @@ class BatchedMPE:
         collisions = (dist[:, :, :N] < 2 * SPREAD_AGENT_SIZE).sum(dim=2) - 1  # each agent is at distance 0 from itself
         return team * (1 - LOCAL_RATIO) - collisions * LOCAL_RATIO
 
-    def state_dict(self) -> dict:
+    def state_dict(self):
         return {**{name: getattr(self, name) for name in self.WORLD}, "generator": self.generator.get_state()}
 
-    def load_state_dict(self, state: dict):
+    def load_state_dict(self, state):
         for name in self.WORLD:
             setattr(self, name, state[name].to("cpu" if name == "steps" else self.device))
         self.generator.set_state(state["generator"].cpu())
@@ -1210,7 +1218,7 @@ class EnvError(Exception):
     """An exception of the user's env, or a NaN or infinity it returned: one error line."""
 
 
-def call_env(env_id: str, env, method: str, *args, **kwargs):
+def call_env(env_id, env, method, *args, **kwargs):
     """env.method(*args, **kwargs), its exception an EnvError naming both."""
     try:
         return getattr(env, method)(*args, **kwargs)
@@ -1220,9 +1228,9 @@ def call_env(env_id: str, env, method: str, *args, **kwargs):
 
 class PettingZooEnv(gymnasium.Env):
     """A PettingZoo parallel env as a gymnasium env of observations (n_agents, obs_dim), the rest of a `StepResult` in
-    its info. It begins its next episode itself, so gymnasium's autoreset never acts."""
+    its info; it begins its next episode itself (gymnasium's autoreset never acts)."""
 
-    def __init__(self, spec: EnvSpec, render_mode: str | None = None):
+    def __init__(self, spec, render_mode=None):
         self.env, self.env_id, self.env_spec = make_env(spec.env_id, spec.scenario, render_mode), spec.env_id, spec
         n_agents, self.frames, self.recording, self.render_mode = len(spec.agents), [], False, render_mode
         self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (n_agents, spec.obs_dim), np.float32)
@@ -1233,13 +1241,13 @@ class PettingZooEnv(gymnasium.Env):
         if spec.continuous:  # the policy acts in the unit box, mapped to each agent's bounds by `env_action`
             self.action_space = gymnasium.spaces.Box(0.0, 1.0, (n_agents, spec.action_dim), np.float32)
 
-    def env_action(self, agent: str, action: np.ndarray):
+    def env_action(self, agent, action: np.ndarray):
         space = self.env.action_space(agent)
         if not self.env_spec.continuous:
             return int(space.start) + int(action)
         return space.low + action[: len(space.low)].clip(0.0, 1.0) * (space.high - space.low)
 
-    def stack(self, observations: dict) -> np.ndarray:
+    def stack(self, observations):
         """(n_agents, obs_dim) float32: the observations of the agents in `observations`, zeros for the others."""
         obs = np.zeros(self.observation_space.shape, dtype=np.float32)
         if self.env_spec.action_masks == "observation":
@@ -1256,7 +1264,7 @@ class PettingZooEnv(gymnasium.Env):
                 obs[i, :size] = flat
         return obs
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
+    def reset(self, *, seed=None, options=None):
         if seed is not None:  # the vector env's reset: a rendering env records the episode it begins
             self.frames, self.recording = [], self.render_mode is not None
         observations, infos = call_env(self.env_id, self.env, "reset", seed=seed)
@@ -1301,15 +1309,15 @@ class PettingZooVecEnv:
 
     keeps_episodes = False  # a resumed run begins new episodes, seeded from the steps
 
-    def __init__(self, spec: EnvSpec, n_envs: int, seed: int, device, async_envs=False, render_first=False):
+    def __init__(self, spec, n_envs, seed, device, async_envs=False, render_first=False):
         render = lambda k: "rgb_array" if render_first and k == 0 else None  # noqa: E731
         makers = [functools.partial(PettingZooEnv, spec, render(k)) for k in range(n_envs)]
         self.envs = (gymnasium.vector.AsyncVectorEnv if async_envs else gymnasium.vector.SyncVectorEnv)(makers)
-        if async_envs:  # a worker's exception is raised here, as one error line: not logged by gymnasium first
+        if async_envs:  # a worker's exception: raised here as one line, not logged by gymnasium first
             gymnasium.logger.min_level = gymnasium.logger.ERROR + 1
         self.spec, self.n_envs, self.seed, self.device, self.steps = spec, n_envs, seed, device, 0
 
-    def reset(self, seed: int | None = None):
+    def reset(self, seed=None):
         obs, info = call_env(self.spec.env_id, self.envs, "reset", seed=self.seed if seed is None else seed)
         self.current = self.tensors("reset", obs, info["state"], info["alive"], info["avail"])
 
@@ -1323,23 +1331,23 @@ class PettingZooVecEnv:
         rest = self.tensors("step", *map(info.get, ("rewards", "terminated", "truncated", "last_obs", "last_state")))
         return StepResult(*self.current[:2], *rest, *self.current[2:])
 
-    def tensors(self, call: str, *arrays: np.ndarray) -> tuple[Tensor, ...]:
+    def tensors(self, call, *arrays: np.ndarray) -> tuple[Tensor, ...]:
         if not all(np.isfinite(x).all() for x in arrays):
             raise EnvError(f"--env-id {self.spec.env_id}: its {call}() returned a NaN or infinity")
         return tuple(torch.as_tensor(x, device=self.device) for x in arrays)
 
-    def state_dict(self) -> dict:
+    def state_dict(self):
         return {"steps": self.steps}
 
-    def load_state_dict(self, state: dict):
+    def load_state_dict(self, state):
         self.steps = state["steps"]
         self.reset(self.seed + self.steps)
 
 
 @torch.no_grad()
-def evaluate(agent, envs: PettingZooVecEnv, seed: int, max_steps: int, stop: TrainingRun | None, sample: bool):
-    """One episode in each env, env k seeded with `seed + k`, to its end, `max_steps` or a stop request: the per-agent
-    returns (n_envs, n_agents), and env 0's frames (T + 1, H, W, 3) if it renders."""
+def evaluate(agent, envs: PettingZooVecEnv, seed, max_steps, stop: TrainingRun | None, sample):
+    """One episode in each env k, seeded with `seed + k`, to its end, `max_steps` or a stop: the per-agent returns
+    (n_envs, n_agents), and env 0's frames (T + 1, H, W, 3) if it renders."""
     envs.reset(seed)
     returns = torch.zeros(envs.n_envs, len(envs.spec.agents), device=envs.device)
     playing = torch.ones(envs.n_envs, dtype=torch.bool, device=envs.device)  # in its first episode still
@@ -1354,9 +1362,9 @@ def evaluate(agent, envs: PettingZooVecEnv, seed: int, max_steps: int, stop: Tra
     return returns.cpu().numpy(), np.stack(frames) if frames else None
 
 
-def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args: Args, writer, step: int, video: str | None, stop):
-    """`evaluate` in episodes and with a generator seeded apart from training's (left as it was); with --capture-video
-    the first episode goes to the mp4 file `video` and to TensorBoard."""
+def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args, writer, step, video, stop):
+    """`evaluate` with a generator seeded apart from training's (left as it was); with --capture-video the first episode
+    goes to the mp4 file `video` and to TensorBoard."""
     with torch.random.fork_rng(devices=[eval_envs.device] * (eval_envs.device.type == "cuda")):
         torch.manual_seed(args.seed + 100_000)
         returns, frames = evaluate(agent, eval_envs, args.seed + 100_000, args.eval_max_steps, stop, args.eval_sample)
@@ -1368,7 +1376,7 @@ def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args: Args, writer, 
     return returns
 
 
-def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Args, global_step: int, **training):
+def save_checkpoint(path, agent, value_norm, optimizer, args, global_step, **training):
     """The model, and `training_state` for a training checkpoint."""
     model = dict(agent=agent.state_dict(), value_norm=value_norm.state_dict(), optimizer=optimizer.state_dict())
     checkpoint = dict(script=os.path.basename(__file__), args=dataclasses.asdict(args), global_step=global_step)
@@ -1376,20 +1384,30 @@ def save_checkpoint(path: str, agent: nn.Module, value_norm, optimizer, args: Ar
     write_file(path, data.getbuffer())
 
 
-def write_file(path: str, data):
-    """Writes `data` whole or not at all (a temporary file, renamed); a failed write is an OSError naming `path`."""
+def write_file(path, data):
+    """Writes `data` whole or not at all, synced to the disk as databases do; a failed write is an OSError naming it."""
     try:
         with open(f"{path}.tmp", "wb") as file:
             file.write(data)
-        os.replace(f"{path}.tmp", path)  # atomic on POSIX and Windows
-    except OSError as error:
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(f"{path}.tmp", path)
+        with contextlib.suppress(OSError):  # the rename too, where the folder can be synced (not on Windows)
+            folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
+    except BaseException as error:  # a Ctrl-C too
         with contextlib.suppress(FileNotFoundError):
             os.remove(f"{path}.tmp")
+        if not isinstance(error, OSError):
+            raise
         raise OSError(error.errno, error.strerror, path) from None
 
 
-def load_checkpoint(path: str, device: torch.device) -> dict:
-    """The checkpoint; a missing, unreadable or foreign file is one error line that says what the file is."""
+def load_checkpoint(path, device):
+    """The checkpoint; a missing, unreadable or foreign file is one error line saying what it is."""
     this_script = os.path.basename(__file__)
     if not os.path.isfile(path):
         raise SystemExit(f"error: checkpoint not found: {path}")
@@ -1411,7 +1429,7 @@ def load_checkpoint(path: str, device: torch.device) -> dict:
     return checkpoint
 
 
-def restore(checkpoint: dict, agent: nn.Module, value_norm, optimizer, path: str):
+def restore(checkpoint, agent, value_norm, optimizer, path):
     try:
         agent.load_state_dict(checkpoint["agent"])
         value_norm.load_state_dict(checkpoint["value_norm"])
@@ -1420,7 +1438,7 @@ def restore(checkpoint: dict, agent: nn.Module, value_norm, optimizer, path: str
         raise SystemExit(f"error: checkpoint {path} does not fit this model: {' '.join(str(e).split()[:40])}") from None
 
 
-# Flags that steer a run without changing what it learns: a resumed run may set them anew.
+# Flags that do not change what a run learns: a resumed run may set them anew.
 RUN_CONTROL_ARGS = frozenset(
     "exp_name cuda track wandb_project_name wandb_entity capture_video save_model eval_checkpoint eval_n_agents resume "
     "checkpoint_interval total_timesteps eval_interval n_eval_episodes eval_max_steps log_interval n_training_threads "
@@ -1428,7 +1446,7 @@ RUN_CONTROL_ARGS = frozenset(
 )
 
 
-def check_resume(args: Args, checkpoint: dict):
+def check_resume(args, checkpoint):
     """Refuses in one line a checkpoint that cannot go on under `args`."""
     if "progress" not in checkpoint:
         raise SystemExit(f"error: {args.resume} holds a model only; --resume takes the checkpoint.pt of a run folder")
@@ -1454,7 +1472,7 @@ def check_resume(args: Args, checkpoint: dict):
 
 @dataclass
 class Progress:
-    """Where a training run is; a training checkpoint keeps it."""
+    """Where a training run is (kept in its checkpoints)."""
 
     iteration: int
     global_step: int
@@ -1464,12 +1482,12 @@ class Progress:
     train_return: float = float("nan")
 
 
-def due(step: int, interval: int, since: int) -> bool:
+def due(step, interval, since):
     """Whether an event every `interval` env steps fell in the last `since` steps."""
     return step // interval > (step - since) // interval
 
 
-def training_state(run: TrainingRun) -> dict:
+def training_state(run: TrainingRun):
     """What a training checkpoint holds besides the model, to go on exactly: the envs, the generators."""
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
     return {
@@ -1480,7 +1498,7 @@ def training_state(run: TrainingRun) -> dict:
     }
 
 
-def resume_training(run: TrainingRun, checkpoint: dict):
+def resume_training(run: TrainingRun, checkpoint):
     """Puts back what `training_state` took besides the progress."""
     run.envs.load_state_dict(checkpoint["env"])
     if run.envs.keeps_episodes:
@@ -1490,7 +1508,12 @@ def resume_training(run: TrainingRun, checkpoint: dict):
         torch.cuda.set_rng_state_all([state.cpu() for state in checkpoint["rng_states"]["cuda"]])
 
 
-def check_args(args: Args):
+def first_line(error):
+    """Its message's first line, else its type's name."""
+    return next(iter(str(error).strip().splitlines()), type(error).__name__)
+
+
+def check_args(args):
     """Refuses settings that cannot work, in one line, before the run starts."""
     counts = "n_rollout_threads n_agents max_cycles episode_length num_mini_batch hidden_size n_block"
     counts += " n_embd n_head n_eval_episodes eval_max_steps log_interval"
@@ -1509,8 +1532,12 @@ def check_args(args: Args):
     if args.resume is not None and args.eval_checkpoint is not None:
         problems.append("--resume and --eval-checkpoint exclude each other: one trains on, the other only evaluates")
     if args.track and os.environ.get("WANDB_MODE") not in ("offline", "dryrun", "disabled"):  # a key, no network
-        if not importlib.import_module("wandb").login(prompt=False, verify=False):
-            problems.append("--track needs a W&B API key: run `wandb login`, or set WANDB_MODE=offline")
+        try:
+            why = "" if importlib.import_module("wandb").login(prompt=False, verify=False) else "none found"
+        except Exception as error:  # a malformed key
+            why = first_line(error)
+        if why:
+            problems.append(f"--track needs a W&B API key ({why}): run `wandb login`, or set WANDB_MODE=offline")
     if args.capture_video and importlib.util.find_spec("imageio_ffmpeg") is None:
         problems.append("--capture-video needs imageio-ffmpeg to write mp4 files (pip install imageio-ffmpeg)")
     if args.env_id != "simple_spread_v3" and args.sort_entities:
@@ -1531,7 +1558,7 @@ def check_args(args: Args):
         raise SystemExit(f"error: {problems[0]}")
 
 
-def memory_estimate(spec: EnvSpec, args: Args) -> int:
+def memory_estimate(spec, args):
     """Bytes a run holds at its peak: floats per agent-step of a rollout, fitted to measured peaks (docs/speed.md)."""
     n_agents = len(spec.agents)
     inputs = spec.obs_dim + spec.state_dim / n_agents  # floats of observation and state stored per agent-step
@@ -1543,8 +1570,8 @@ def memory_estimate(spec: EnvSpec, args: Args) -> int:
     return int(4 * args.episode_length * args.n_rollout_threads * n_agents * per_agent_step + weights)
 
 
-def check_memory(spec: EnvSpec, args: Args, device: torch.device):
-    """Refuses a run whose tensors, and a fifth more for the allocator, would not fit in the free memory."""
+def check_memory(spec, args, device):
+    """Refuses a run whose tensors, and a fifth more for the allocator, would not fit in free memory."""
     if device.type == "cuda":
         free = torch.cuda.mem_get_info(device)[0]
     elif os.path.exists("/proc/meminfo"):
@@ -1558,7 +1585,7 @@ def check_memory(spec: EnvSpec, args: Args, device: torch.device):
         )
 
 
-def setup_torch(args: Args) -> torch.device:
+def setup_torch(args):
     check_args(args)
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     if args.cuda and device.type == "cpu":
@@ -1570,18 +1597,17 @@ def setup_torch(args: Args) -> torch.device:
     return device
 
 
-def compiles(args: Args, device: torch.device) -> bool:
-    """--compile on a GPU; on a CPU in runs that pay the compile back (docs/speed.md), if Inductor can build there."""
-    if device.type == "cuda" or not args.compile or args.total_timesteps < 1_000_000:
-        return args.compile and device.type == "cuda"
-    has_headers = os.path.isfile(os.path.join(sysconfig.get_path("include"), "Python.h"))
-    try:  # Inductor builds its CPU kernels against Python's headers; its search raises when it finds no C++ compiler
-        return has_headers and bool(importlib.import_module("torch._inductor.cpp_builder").get_cpp_compiler())
-    except RuntimeError:
+def compiles(device):
+    """Whether Inductor can build on `device` (a trial kernel); where it cannot, one warning line says so."""
+    try:
+        torch.compile(lambda x: x + 1)(torch.zeros(1, device=device))
+    except Exception as error:  # no C++ compiler (nor OpenMP, on macOS), or one that cannot build
+        print(f"warning: --compile: torch.compile cannot build here ({first_line(error)}); running eager")
         return False
+    return True
 
 
-def compile_for_device(agent: nn.Module, envs: VecEnv, device: torch.device):
+def compile_for_device(agent, envs: VecEnv, device):
     """torch.compile the batched env's step and acting; on a GPU the other entry points too, acting as a CUDA graph."""
     if isinstance(envs, BatchedMPE):
         envs.advance = torch.compile(envs.advance)
@@ -1590,7 +1616,7 @@ def compile_for_device(agent: nn.Module, envs: VecEnv, device: torch.device):
         setattr(agent, name, torch.compile(getattr(agent, name), mode=mode))
 
 
-def new_run_dir(base: str) -> str:
+def new_run_dir(base):
     """Makes `base`, or `base_2`, `base_3`, ... where a run started in the same second took it."""
     os.makedirs(os.path.dirname(base), exist_ok=True)
     for n in itertools.count(1):
@@ -1599,7 +1625,7 @@ def new_run_dir(base: str) -> str:
             return run_dir
 
 
-def start_logging(run_dir: str, args: Args, resumed_step: int | None):
+def start_logging(run_dir, args, resumed_step):
     """TensorBoard (and wandb with --track); a resumed run hides what the stopped one logged after `resumed_step`."""
     run_name = os.path.basename(run_dir)
     if args.track:
@@ -1610,7 +1636,7 @@ def start_logging(run_dir: str, args: Args, resumed_step: int | None):
         try:
             init(resume="allow")
         except wandb.errors.CommError as error:  # no network: the run goes on, W&B's files kept for `wandb sync`
-            print(f"warning: W&B unreachable ({str(error).splitlines()[0]}); logging offline, `wandb sync` it later")
+            print(f"warning: W&B unreachable ({first_line(error)}); logging offline, `wandb sync` it later")
             wandb.teardown()
             init(mode="offline")
     if resumed_step is not None:
@@ -1621,8 +1647,9 @@ def start_logging(run_dir: str, args: Args, resumed_step: int | None):
     return writer
 
 
-def log_iteration(writer, global_step: int, sps: int, seconds: dict, lr: float, losses: dict, episode_returns, agents):
-    scalars = {"charts/SPS": sps, "charts/learning_rate": lr} | {f"losses/{k}": v for k, v in losses.items()}
+def log_iteration(writer, global_step, sps, seconds, lr, losses, episode_returns, agents):
+    scalars = {"charts/learning_rate": lr} | ({} if sps is None else {"charts/SPS": sps})
+    scalars |= {f"losses/{k}": v for k, v in losses.items()}
     scalars |= {f"perf/{phase}_ms": 1000 * value for phase, value in seconds.items()}
     if episode_returns is not None:
         scalars |= {"charts/episodic_return": episode_returns.mean(), "charts/team_return": episode_returns.sum()}
@@ -1631,7 +1658,7 @@ def log_iteration(writer, global_step: int, sps: int, seconds: dict, lr: float, 
         writer.add_scalar(tag, value, global_step)
 
 
-def progress_line(progress: Progress, total_steps: int, sps: int, losses: dict, sampled: bool) -> str:
+def progress_line(progress, total_steps, sps, losses, sampled):
     minutes, seconds = divmod(int((total_steps - progress.global_step) / max(sps, 1)), 60)
     eta = f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{seconds:02d}s"
     return (
@@ -1641,12 +1668,12 @@ def progress_line(progress: Progress, total_steps: int, sps: int, losses: dict, 
     )
 
 
-def run_evaluation_only(args: Args):
+def run_evaluation_only(args):
     """Test mode: evaluates a checkpoint on mpe2 with the settings it was trained with."""
     device = setup_torch(args)
     checkpoint = load_checkpoint(args.eval_checkpoint, device)
     saved = {k: v for k, v in checkpoint["args"].items() if k in {f.name for f in dataclasses.fields(Args)}}
-    keep = "eval_checkpoint n_eval_episodes eval_max_steps capture_video seed cuda compile eval_n_agents".split()
+    keep = "eval_checkpoint n_eval_episodes eval_max_steps capture_video seed cuda eval_n_agents".split()
     keep += ["eval_sample"] * args.eval_sample  # sampled where the checkpoint's run or this command says so
     args = dataclasses.replace(Args(**saved), **{k: v for k, v in vars(args).items() if k in keep})
     if args.eval_n_agents and not args.nearest_k:
@@ -1675,13 +1702,13 @@ def run_evaluation_only(args: Args):
 
 
 class GraphedStep:
-    """`ppo_step` as one CUDA graph: eager steps first (Adam's state, compiling), then a capture; a replay copies in
-    the minibatch and each group's learning rate, a tensor Adam reads."""
+    """`ppo_step` as one CUDA graph: three eager steps (Adam's state, compiling), then a capture; a replay copies in
+    the minibatch and the learning rates."""
 
-    def __init__(self, step, warmup_steps: int = 3):
+    def __init__(self, step, warmup_steps=3):
         self.step, self.warmup_steps, self.graph = step, warmup_steps, None
 
-    def __call__(self, agent: nn.Module, optimizer, batch: list, args: Args) -> dict:
+    def __call__(self, agent, optimizer, batch, args):
         if self.warmup_steps:
             self.warmup_steps -= 1
             torch.cuda.synchronize()
@@ -1711,6 +1738,8 @@ class GraphedStep:
 
 
 if __name__ == "__main__":
+    # TensorBoard's writer thread: main() raises its failure again, as the run's one line
+    threading.excepthook = lambda hook: "tensorboard" in type(hook.thread).__module__ or threading.__excepthook__(hook)
     try:
         main(parse_args())
     except (EnvError, OSError) as error:  # before a training run's first update, or in test mode: nothing to keep

@@ -1,5 +1,6 @@
-"""The machine's faults and a review's findings, in every script: a full disk, W&B without a key or a network, a run
-folder given to --resume, a stop after the final save, MAT's passes, and an env with no state. (A final evaluation owed
+"""The machine's faults and a review's findings, in every script: a full disk (also in TensorBoard's thread), durable
+writes, W&B without a usable key or a network, a run folder given to --resume, a stop after the final save and while
+model.pt is written, MAT's passes, and an env with no state. (A final evaluation owed
 by a resume: conftest's `assert_a_resume_finishes_the_final_evaluation`; the weights in the memory estimate:
 test_memory.py.)"""
 
@@ -49,12 +50,73 @@ def test_a_full_disk_is_one_error_line_that_names_the_checkpoint_kept(script, tm
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_track_without_a_wandb_key_is_one_error_line_before_the_run(script, tmp_path, monkeypatch):
+def test_a_failed_write_in_tensorboards_thread_is_the_runs_one_line(script, tmp_path):
+    """TensorBoard writes its events in a thread of its own; when the file cannot grow (past 48 KiB here, as on a full
+    disk) that thread's traceback is not printed: the run's one line says it."""
+    limit, flags = 48 * 1024, ["--n-rollout-threads", "1", "--episode-length", "1", "--ppo-epoch", "1"]
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, f"{script}.py"),
+            *flags,
+            "--total-timesteps",
+            "300",
+            "--n-eval-episodes",
+            "1",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)),
+    )
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert result.returncode == 1 and result.stderr == f"error: runs/{run_dir.name}: File too large\n", result.stderr
+    assert [name.startswith("events.out.tfevents") for name in os.listdir(run_dir)] == [True]  # before any checkpoint
+
+
+def test_a_write_is_synced_around_its_rename_and_a_ctrl_c_in_it_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """As databases write: the file's data synced to the disk before the rename, the folder's entry after it (where
+    the filesystem can, and no descriptor left open where it cannot)."""
+    module = importlib.import_module("mappo_mpe")  # write_file: the same in every script
+    calls, fsync, replace = [], os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(os.readlink(f"/proc/self/fd/{fd}")) or fsync(fd))
+    monkeypatch.setattr(os, "replace", lambda old, new: calls.append(f"rename to {new}") or replace(old, new))
+    path = str(tmp_path / "checkpoint.pt")
+    module.write_file(path, b"weights")
+    assert calls == [f"{path}.tmp", f"rename to {path}", str(tmp_path)]
+
+    def interrupted(fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        module.write_file(path, b"other weights")
+    assert os.listdir(tmp_path) == ["checkpoint.pt"] and open(path, "rb").read() == b"weights"
+
+    def no_folder_sync(fd):  # as on a filesystem that cannot sync a folder: the file is written all the same
+        if os.path.isdir(os.readlink(f"/proc/self/fd/{fd}")):
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+
+    monkeypatch.setattr(os, "fsync", no_folder_sync)
+    open_files = sorted(os.listdir("/proc/self/fd"))
+    module.write_file(path, b"new weights")
+    assert sorted(os.listdir("/proc/self/fd")) == open_files and open(path, "rb").read() == b"new weights"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_track_without_a_usable_wandb_key_is_one_error_line_before_the_run(script, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
     for name in ("WANDB_API_KEY", "WANDB_MODE"):
         monkeypatch.delenv(name, raising=False)
     module = importlib.import_module(script)
-    with pytest.raises(SystemExit, match=r"^error: --track needs a W&B API key: run `wandb login`, or set WANDB_MODE"):
+    needed = r"^error: --track needs a W&B API key \({}\): run `wandb login`, or set WANDB_MODE=offline$"
+    with pytest.raises(SystemExit, match=needed.format("none found")):
+        module.check_args(module.Args(track=True))
+    monkeypatch.setenv("WANDB_API_KEY", "abc")  # wandb raises on a malformed key
+    with pytest.raises(
+        SystemExit, match=needed.format(r"WANDB_API_KEY invalid: API key must have 40\+ characters, has 3\.")
+    ):
         module.check_args(module.Args(track=True))
     monkeypatch.setenv("WANDB_MODE", "offline")
     module.check_args(module.Args(track=True))
@@ -83,21 +145,34 @@ def test_track_without_a_network_goes_on_with_wandb_offline(script, tmp_path, mo
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_a_stop_after_the_final_save_reports_a_finished_run(script, tmp_path, monkeypatch, capsys):
-    """SIGTERM as the final checkpoint is written: the run finished, so it says so (exit 0, the summary line). MAT
-    prints the passes it chose: 3 at a discount of 0.95."""
+    """SIGTERM as the final checkpoint is written, and again while model.pt is (which the handler from before the run
+    would act on): the run finished, so it says so (exit 0, the summary line), model.pt whole. MAT prints the passes it
+    chose: 3 at a discount of 0.95."""
     monkeypatch.chdir(tmp_path)
     module = importlib.import_module(script)
-    save = module.save_checkpoint
+    save, write_file = module.save_checkpoint, module.write_file
 
     def save_then_stop(path, *args, **training):
         save(path, *args, **training)
         if path.endswith("checkpoint.pt"):
             os.kill(os.getpid(), signal.SIGTERM)
 
+    def stopped_while_writing(path, data):
+        if os.path.basename(path) == "model.pt":
+            os.kill(os.getpid(), signal.SIGTERM)
+        write_file(path, data)
+
     monkeypatch.setattr(module, "save_checkpoint", save_then_stop)
-    flags = [*TINY, "--gamma", "0.95"] + ["--ppo-epoch", "0"] * script.startswith("mat")
-    summary = module.main(module.parse_args(flags))
+    monkeypatch.setattr(module, "write_file", stopped_while_writing)
+    flags = [*TINY, "--gamma", "0.95", "--save-model"] + ["--ppo-epoch", "0"] * script.startswith("mat")
+    before = signal.signal(signal.SIGTERM, lambda *_: pytest.fail("a SIGTERM reached the handler from before the run"))
+    try:
+        summary = module.main(module.parse_args(flags))
+    finally:
+        signal.signal(signal.SIGTERM, before)
     assert summary["global_step"] == 200 and summary["eval_step"] == 200
+    model = torch.load(tmp_path / "runs" / summary["run_name"] / "model.pt", weights_only=False)
+    assert model["global_step"] == 200 and "progress" not in model
     out = capsys.readouterr().out
     assert "stopped by" not in out and out.splitlines()[-1].startswith("run in runs/")
     assert ("PPO passes over each rollout: 3\n" in out) == script.startswith("mat")

@@ -4,19 +4,24 @@ source in each, except where a script is listed in VARIANTS as having its own ve
 copy and not in the others fails here."""
 
 import ast
+import dataclasses
 import importlib.util
 import inspect
 import os
 import random
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from conftest import TINY  # noqa: E402
 
 import benchmark  # noqa: E402
 
@@ -40,7 +45,6 @@ VARIANTS = {
     "resume_training": {"mappo_mpe_rnn"},  # and puts them back
     "TrainingRun": {"mappo_mpe_rnn"},  # the GRUs have no --compile
     "compile_for_device": {"mat_mpe", "mat_mpe_ep_critic"},  # the transformer's entry points
-    "compiles": {"mappo_mpe"},  # from 4M steps on a CPU (MAT: 1M)
     "MultiAgentTransformer": {"mat_mpe_ep_critic"},  # the critic on the state replaces the encoder's value head
     "build_agent": {"mat_mpe", "mat_mpe_ep_critic"},  # the transformer (the GRUs' Agent is built as the MLPs')
 }
@@ -103,12 +107,12 @@ def test_capture_video_without_imageio_ffmpeg_is_one_error_line(script, monkeypa
         ("mat_mpe_ep_critic", ["act", "evaluate_actions", "get_value"]),
     ],
 )
-def test_compile_traces_every_entry_point_and_the_env_step_whole(script, entry_points, tmp_path, monkeypatch):
+def test_compile_traces_every_entry_point_and_the_env_step_whole(script, entry_points, tmp_path, monkeypatch, capsys):
     """On a GPU (`--compile`, the default there) the network entry points of the training loop go to torch.compile,
     acting with CUDA graphs, which need one whole graph a call, the update's inside the CUDA graph of each minibatch
     step, which needs them free of host syncs, and the batched env's `advance` to Inductor's fusion. Here
     each is traced by Dynamo in full (`fullgraph`) through a training iteration and run by its eager backend. A CPU
-    compiles acting and `advance` only, and a short run nothing."""
+    compiles acting and `advance` only, and nothing without --compile."""
     module, torch_compile, compiled = importlib.import_module(script), torch.compile, []
 
     def compile_whole_and_run_eagerly(function, mode=None):
@@ -120,9 +124,11 @@ def test_compile_traces_every_entry_point_and_the_env_step_whole(script, entry_p
     flags = ["--total-timesteps", "100", "--n-rollout-threads", "4", "--n-eval-episodes", "2", "--ppo-epoch", "2"]
     args = module.parse_args(flags)
     try:
-        assert module.main(args)["global_step"] == 100 and compiled == []  # a short run: eager
-        monkeypatch.setattr(module, "compiles", lambda args, device: True)  # as a long one
+        assert module.main(args)["global_step"] == 100 and compiled == []  # a CPU: eager unless told
+        monkeypatch.setattr(module, "compiles", lambda device: True)
+        args = dataclasses.replace(args, compile=True)
         assert module.main(args)["global_step"] == 100 and compiled == [("advance", None), ("act", "default")]
+        assert "step       100/100 | SPS" in capsys.readouterr().out  # one iteration: no compile line in its place
         compiled.clear()
         on_cpu = module.compile_for_device
         monkeypatch.setattr(
@@ -135,22 +141,63 @@ def test_compile_traces_every_entry_point_and_the_env_step_whole(script, entry_p
     assert compiled == [("advance", None)] + modes
 
 
-@pytest.mark.parametrize(
-    "script, steps", [("mappo_mpe", 4_000_000), ("mat_mpe", 1_000_000), ("mat_mpe_ep_critic", 1_000_000)]
-)
-def test_a_cpu_compiles_a_long_run_where_inductor_can_build(script, steps, monkeypatch, tmp_path):
-    """The compile (15 to 35 s on the 2-core CPU) pays back in MAT's runs of 1M steps, MAPPO's of 4M; without a C++
-    compiler or Python's headers, Inductor's needs on a CPU, the run stays eager, not failing in its first step."""
-    module, cpu, gpu = importlib.import_module(script), torch.device("cpu"), torch.device("cuda")
-    long_run, compile_off = module.Args(total_timesteps=steps), module.Args(total_timesteps=steps, compile=False)
-    assert module.compiles(long_run, cpu) and module.compiles(module.Args(total_timesteps=100), gpu)
-    assert not module.compiles(module.Args(total_timesteps=steps - 1), cpu)
-    assert not module.compiles(compile_off, cpu) and not module.compiles(compile_off, gpu)
-    monkeypatch.setattr(module.sysconfig, "get_path", lambda name: str(tmp_path))  # no Python.h there
-    assert not module.compiles(long_run, cpu)
-    monkeypatch.undo()
-    monkeypatch.setattr(importlib.import_module("torch._inductor.config").cpp, "cxx", ("no-such-compiler++",))
-    assert not module.compiles(long_run, cpu)
+@pytest.mark.parametrize("script", ["mappo_mpe", "mat_mpe", "mat_mpe_ep_critic"])
+def test_a_cpu_runs_eager_at_any_length_unless_given_compile(script, monkeypatch):
+    """So a run is a prefix of a longer one with its seed, and a first run never meets the compiler; --cuda compiles
+    by default where there is a GPU (else the run goes on the CPU). TrainingRun compiles where `args.compile`."""
+    module = importlib.import_module(script)
+    for gpu in (False, True):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda gpu=gpu: gpu)
+        for flags in ([], ["--total-timesteps", "4000000"], ["--cuda", "--total-timesteps", "4000000"]):
+            assert module.parse_args(flags).compile == ("--cuda" in flags and gpu)
+        assert module.parse_args(["--compile"]).compile and not module.parse_args(["--cuda", "--no-compile"]).compile
+
+
+def test_a_compile_that_cannot_build_is_one_warning_line_and_the_run_goes_on_eager(capsys):
+    """A C++ compiler that answers but cannot build (here /bin/true; Apple's clang without OpenMP, a temporary folder
+    that cannot run what it holds): its trial kernel fails, one line says so, and the run is eager. `compiles` is the
+    same in the three scripts that compile."""
+    module, cpu = importlib.import_module("mat_mpe"), torch.device("cpu")
+    torch._dynamo.reset()  # the trial compiles anew
+    try:
+        with importlib.import_module("torch._inductor.config").patch({"cpp.cxx": (None, "/bin/true")}):
+            assert not module.compiles(cpu)
+        (line,) = capsys.readouterr().out.splitlines()
+        assert line.startswith("warning: --compile: torch.compile cannot build here (") and line.endswith(
+            "running eager"
+        )
+        torch._dynamo.reset()
+        assert module.compiles(cpu) and capsys.readouterr().out == ""
+    finally:
+        torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("script", ["mappo_mpe", "mat_mpe", "mat_mpe_ep_critic"])
+def test_a_compiled_runs_sps_and_eta_leave_the_compile_out(script, tmp_path, monkeypatch, capsys):
+    """The compile (here 3 s of sleep in the first call of `act`) is said once, "compiled in 3 s", in place of the
+    first iteration's progress line and SPS; the next iteration gives the first, timed from the compile's end."""
+    module = importlib.import_module(script)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(module, "compiles", lambda device: True)
+
+    def compile_for_device(agent, envs, device):
+        act = agent.act
+
+        def first_act(*args, **kwargs):
+            time.sleep(3)
+            agent.act = act
+            return act(*args, **kwargs)
+
+        agent.act = first_act
+
+    monkeypatch.setattr(module, "compile_for_device", compile_for_device)
+    summary = module.main(module.parse_args([*TINY, "--total-timesteps", "300", "--compile"]))
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step")]
+    assert lines[0] == "step       100 | compiled in 3 s (once a run)" and len(lines) == 3
+    sps = int(lines[1].split("SPS")[1].split()[0])  # 100 steps in under a second: not the 200 in 3 s
+    assert lines[1].startswith("step       200/300 |") and sps > 100, lines[1]
+    events = EventAccumulator(os.path.join("runs", summary["run_name"])).Reload()
+    assert [event.step for event in events.Scalars("charts/SPS")] == [200, 300]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
