@@ -855,7 +855,7 @@ def acting_times(m, n_agents: int, seconds: float) -> tuple[float, float]:
             if i + 1 < n_agents:
                 shifted[:, i + 1] = model.action_tokens(action, alive[:, i])
 
-    encode = lambda: model.encode(model.agent_inputs(obs, None))[0]  # noqa: E731
+    encode = lambda: model.encode(model.agent_inputs(obs))[0]  # noqa: E731
     with torch.no_grad():
         cached = timed(lambda: model.decode_autoregressive(encode(), avail, alive, False), seconds)
         return cached, timed(lambda: full_re_decode(encode()), seconds)

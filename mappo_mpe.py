@@ -1,7 +1,6 @@
 """MAPPO (Yu et al., 2022) for the cooperative PettingZoo MPE scenarios, in one file.
 
-Above the banner, the algorithm: hyperparameters, networks, value normalization, rollout buffer and GAE, PPO update and
-`main()`, the training loop. Below it, the run's machinery: the other flags, the envs, resume, evaluation, test mode.
+PPO with decentralized actors, one per agent or shared, and a centralized critic on the env's state.
 
     python mappo_mpe.py                                   # simple_spread_v3, 3 agents, the settings tuned on mpe2
     python mappo_mpe.py --preset official                 # the official code's settings instead
@@ -109,8 +108,8 @@ class Hyperparameters:
 
 
 MPE_SCENARIOS = ("simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4")
-# Per scenario, laid over the defaults above under the flags given: the official scripts' (train_mpe_*.sh, 32 rollout
-# threads for 128), or the best measured on mpe2 (docs/tuning.md); CONTINUOUS_PRESETS too with --continuous-actions.
+# Per scenario, under the flags given: the official scripts' settings (32 rollout threads for 128) or the best
+# measured on mpe2 (docs/tuning.md); CONTINUOUS_PRESETS too with --continuous-actions.
 PRESETS = {
     "official": {
         "simple_spread_v3": {"gamma": 0.99},
@@ -126,17 +125,17 @@ PRESETS = {
 CONTINUOUS_PRESETS = {"official": {}, "tuned": {"simple_spread_v3": {"ent_coef": 0.003}}}
 
 
-# ---------------------------------------- Networks -------------------------------------------------------------------
+# ---------------------------------------- Networks
 
 
-def layer_init(layer: nn.Linear, gain: float = np.sqrt(2)) -> nn.Linear:
+def layer_init(layer, gain: float = np.sqrt(2)):
     nn.init.orthogonal_(layer.weight, gain)
     if layer.bias is not None:
         nn.init.constant_(layer.bias, 0.0)
     return layer
 
 
-def mlp(in_dim: int, args: Args) -> nn.Sequential:
+def mlp(in_dim, args):
     """The official MAPPO trunk: [LayerNorm] -> 2 x (Linear, activation, LayerNorm), orthogonal init."""
     hidden = args.hidden_size
     act, gain = {"tanh": nn.Tanh, "relu": nn.ReLU}[args.activation], nn.init.calculate_gain(args.activation)
@@ -146,13 +145,13 @@ def mlp(in_dim: int, args: Args) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def mlp_net(in_dim: int, out_dim: int, out_gain: float, args: Args) -> nn.Sequential:
+def mlp_net(in_dim, out_dim, out_gain, args):
     return nn.Sequential(mlp(in_dim, args), layer_init(nn.Linear(args.hidden_size, out_dim), out_gain))
 
 
 class Gaussian(Normal):
-    """Diagonal Gaussian of mean 0.5 + `out` over zero-padded action vectors, clipped into [0, 1]: an action on a face
-    scores the mass beyond it (censored, Fujita and Maeda 2018); dims an agent lacks (`dims` False) count nothing."""
+    """Diagonal Gaussian of mean 0.5 + `out`, clipped into [0, 1] (censored: an action on a face scores the mass beyond
+    it); action dims an agent lacks (`dims` False) count nothing."""
 
     def __init__(self, out: Tensor, std_logit: Tensor, dims: Tensor):
         super().__init__(out + 0.5, torch.sigmoid(std_logit).expand_as(out), validate_args=False)
@@ -181,32 +180,10 @@ def action_distribution(out: Tensor, avail_actions: Tensor, std_logit: Tensor | 
     return Gaussian(out, std_logit, avail_actions)
 
 
-def sort_entities(x: Tensor, entities: tuple) -> Tensor:
-    """x (..., F) with each group's 2-number blocks nearest first: a group (count, starts) is `count` blocks from each
-    start, ordered by the first run (positions). mpe2 lists them in a fixed order, whose roles an MLP learns N times."""
-    if not entities:
-        return x
-    x = x.clone()
-    for count, starts in entities:
-        runs = [x[..., s : s + 2 * count].unflatten(-1, (count, 2)) for s in starts]  # each (..., count, 2)
-        order = runs[0].norm(dim=-1).argsort(dim=-1, stable=True)[..., None].expand_as(runs[0])
-        for s, run in zip(starts, [run.gather(-2, order).flatten(-2) for run in runs]):
-            x[..., s : s + 2 * count] = run
-    return x
-
-
-def nearest_columns(spec: EnvSpec, k: int) -> Tensor:
-    """(6k,) columns of a sorted spread observation: velocity, position, the nearest k landmarks and k - 1 agents."""
-    columns = list(range(4))
-    for (count, starts), keep in zip(spec.entities, (k, k - 1)):
-        columns += [s + c if c < 2 * count else spec.obs_dim for s in starts for c in range(2 * keep)]
-    return torch.tensor(columns)
-
-
 class Agent(nn.Module):
     """Decentralized actor(s) on each agent's observation and a centralized critic."""
 
-    def __init__(self, spec: EnvSpec, args: Args):
+    def __init__(self, spec: EnvSpec, args):
         super().__init__()
         n_agents = len(spec.agents)
         self.use_agent_id = args.use_agent_id
@@ -218,7 +195,7 @@ class Agent(nn.Module):
         actor_in = (spec.obs_dim if actor_columns is None else len(actor_columns)) + args.use_agent_id * n_agents
         n_actors = n_agents if args.separate_actors else 1
         self.actors = nn.ModuleList(mlp_net(actor_in, spec.action_dim, 0.01, args) for _ in range(n_actors))
-        # Continuous actions: the mean starts near 0.5, the centre of the box, the std at sigmoid(2) = 0.88
+        # Continuous actions: the mean starts near 0.5, the box's centre, the std at sigmoid(2) = 0.88
         self.actor_std_logit = nn.Parameter(torch.full((n_actors, spec.action_dim), 2.0)) if spec.continuous else None
         # EP: one pass per env on the state, a value head per agent (without --team-reward their returns differ)
         extra = {"EP": 0, "FP": n_agents, "AS": spec.obs_dim + n_agents, "local": spec.obs_dim + n_agents}
@@ -248,32 +225,31 @@ class Agent(nn.Module):
         return torch.cat([obs, self.agent_ids.expand(*obs.shape[:-1], -1)], dim=-1)
 
     def get_value(self, x: Tensor) -> Tensor:
-        """(B, n_agents) values, normalized when ValueNorm is on, from the critic's input x (`critic_input`)."""
+        """(B, n_agents) values (normalized with ValueNorm on) from `critic_input`'s x."""
         return self.critic(x).flatten(1)
 
     def get_dist(self, x: Tensor, avail: Tensor):
-        """The distribution of every agent's action (batch shape (B, n_agents)) among its available ones, from the
-        actors' input x (`actor_input`)."""
+        """Each agent's action distribution (batch (B, n_agents)) over its available actions, from `actor_input`'s x."""
         if len(self.actors) == 1:
             out = self.actors[0](x)
         else:
             out = torch.stack([actor(x[:, i]) for i, actor in enumerate(self.actors)], dim=1)
         return action_distribution(out, avail, self.actor_std_logit)
 
-    def act(self, obs: Tensor, avail: Tensor, deterministic: bool = False) -> tuple[Tensor, ...]:
+    def act(self, obs: Tensor, avail: Tensor, deterministic=False) -> tuple[Tensor, ...]:
         """Actions (B, n_agents[, action_dim]) and their log-probs (B, n_agents)."""
         dist = self.get_dist(self.actor_input(obs), avail)
         action = dist.mode if deterministic else dist.sample()
         return action, dist.log_prob(action)
 
 
-# ---------------------------------------- Value normalization --------------------------------------------------------
+# ---------------------------------------- Value normalization
 
 
 class ValueNorm(nn.Module):
     """Running mean and variance of the returns (official MAPPO's debiased averages); identity if not `enabled`."""
 
-    def __init__(self, enabled: bool = True, beta: float = 0.99999, epsilon: float = 1e-5, min_var: float = 1e-2):
+    def __init__(self, enabled=True, beta=0.99999, epsilon=1e-5, min_var=1e-2):
         super().__init__()
         self.enabled, self.beta, self.epsilon, self.min_var = enabled, beta, epsilon, min_var
         for name in ("running_mean", "running_mean_sq", "debiasing_term"):
@@ -288,7 +264,7 @@ class ValueNorm(nn.Module):
         return mean, var
 
     @torch.no_grad()
-    def update(self, x: Tensor, steps: int = 1):
+    def update(self, x: Tensor, steps=1):
         """`steps` updates on x at once, as the official codes make one a minibatch (docs/implementation.md)."""
         if not self.enabled:
             return
@@ -306,13 +282,13 @@ class ValueNorm(nn.Module):
         return x * var.sqrt() + mean
 
 
-# ---------------------------------------- Rollout buffer and GAE -----------------------------------------------------
+# ---------------------------------------- Rollout buffer and GAE
 
 
 class RolloutBuffer:
     """One rollout of T steps; index t holds the input at step t and what followed from acting on it."""
 
-    def __init__(self, T: int, n_envs: int, spec: EnvSpec, device: torch.device):
+    def __init__(self, T, n_envs, spec: EnvSpec, device):
         n_agents = len(spec.agents)
         zeros = lambda *shape, dtype=torch.float32: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
         self.obs = zeros(T + 1, n_envs, n_agents, spec.obs_dim)
@@ -328,7 +304,7 @@ class RolloutBuffer:
         self.final_state = zeros(T, n_envs, spec.state_dim)
         self.final_values = zeros(T, n_envs, n_agents)  # their values, to bootstrap truncated episodes
 
-    def insert(self, t: int, actions: Tensor, logprobs: Tensor, step: StepResult):
+    def insert(self, t, actions: Tensor, logprobs: Tensor, step: StepResult):
         self.actions[t], self.logprobs[t], self.rewards[t] = actions, logprobs, step.rewards
         self.terminated[t], self.truncated[t] = step.terminated, step.truncated
         self.obs[t + 1], self.state[t + 1], self.alive[t + 1] = step.obs, step.state, step.alive
@@ -336,7 +312,7 @@ class RolloutBuffer:
         self.final_obs[t], self.final_state[t] = step.final_obs, step.final_state
 
     @torch.no_grad()
-    def compute_values(self, agent: nn.Module, value_norm):
+    def compute_values(self, agent, value_norm):
         def value(obs, state):
             return value_norm.denormalize(agent.get_value(agent.critic_input(obs.flatten(0, 1), state.flatten(0, 1))))
 
@@ -344,7 +320,7 @@ class RolloutBuffer:
         self.final_values[:] = value(self.final_obs, self.final_state).view_as(self.final_values)
 
 
-def compute_gae(buffer: RolloutBuffer, gamma: float, gae_lambda: float, team_reward: bool):
+def compute_gae(buffer, gamma, gae_lambda, team_reward):
     """Advantages and returns (T, n_envs, n_agents); a truncated episode bootstraps from its final value. With
     `team_reward` an agent's episode ends with the env's: one that died goes on earning the team's rewards."""
     rewards, values, terminated, truncated = buffer.rewards, buffer.values, buffer.terminated, buffer.truncated
@@ -363,15 +339,14 @@ def compute_gae(buffer: RolloutBuffer, gamma: float, gae_lambda: float, team_rew
     return advantages, advantages + values[:-1]
 
 
-# ---------------------------------------- PPO update -----------------------------------------------------------------
+# ---------------------------------------- PPO update
 
 
 def masked_mean(x: Tensor, alive: Tensor) -> Tensor:
-    """Mean of x (..., n_agents) over the agents in their episode."""
     return (x * alive).sum() / alive.sum().clamp(min=1)
 
 
-def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip: float) -> tuple[Tensor, dict]:
+def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip) -> tuple[Tensor, dict]:
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
     surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip, 1 + clip) * advantages)
@@ -381,7 +356,7 @@ def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip: float) -> 
     return -masked_mean(surrogate, alive), stats
 
 
-def value_loss_fn(values, old_values, returns, alive, args: Args) -> Tensor:
+def value_loss_fn(values, old_values, returns, alive, args) -> Tensor:
     """Huber loss of normalized values, PPO-clipped; with the team's reward a dead agent's return still counts."""
     loss = F.huber_loss(values, returns, reduction="none", delta=args.huber_delta)
     if args.clipped_value_loss:
@@ -390,14 +365,14 @@ def value_loss_fn(values, old_values, returns, alive, args: Args) -> Tensor:
     return masked_mean(loss, alive | args.team_reward)
 
 
-def minibatch_indices(batch_size: int, num_mini_batch: int, device: torch.device) -> list:
+def minibatch_indices(batch_size, num_mini_batch, device):
     """Disjoint random minibatches of one epoch; one minibatch is the whole batch as a slice (no copy)."""
     if num_mini_batch == 1:
         return [slice(None)]
     return list(torch.randperm(batch_size, device=device).split(batch_size // num_mini_batch))
 
 
-def ppo_step(agent: Agent, optimizer, batch: list, args: Args) -> dict:
+def ppo_step(agent, optimizer, batch, args):
     """One gradient step on one minibatch; its statistics stay tensors (nothing waits on the device)."""
     actor_in, critic_in, alive, actions, old_logprobs, avail, advantages, old_values, returns = batch
     dist = agent.get_dist(actor_in, avail)  # under the masks the actions were drawn with
@@ -414,9 +389,7 @@ def ppo_step(agent: Agent, optimizer, batch: list, args: Args) -> dict:
     return losses | pg_stats | dict(actor_grad_norm=actor_grad_norm, critic_grad_norm=critic_grad_norm)
 
 
-def ppo_update(
-    agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advantages, returns, args: Args, step=ppo_step
-) -> dict:
+def ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args, step=ppo_step):
     """`ppo_epoch` passes of minibatches of env steps, each a `step` (`ppo_step`, or `GraphedStep` on a GPU)."""
     flat = lambda x: x.flatten(0, 1)  # (T, n_envs, ...) -> (T * n_envs, ...)  # noqa: E731
     old_values = value_norm.normalize(buffer.values[:-1])  # the critic's outputs when acting: the clip's centre
@@ -435,15 +408,15 @@ def ppo_update(
     return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
 
 
-def build_agent(spec: EnvSpec, args: Args, device: torch.device):
+def build_agent(spec: EnvSpec, args, device):
     agent = Agent(spec, args).to(device)
     value_norm = ValueNorm(args.use_valuenorm).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5, fused=True)
     return agent, value_norm, optimizer
 
 
-def main(args: Args) -> dict:
-    """Iterations of a rollout, its advantages and the PPO update; `TrainingRun` (below the banner) does the rest."""
+def main(args):
+    """Iterations of a rollout, its advantages and the PPO update; `TrainingRun` does the rest."""
     if args.eval_checkpoint is not None:
         run_evaluation_only(args)
         return {}
@@ -483,8 +456,7 @@ def main(args: Args) -> dict:
 
 
 # ====================================================================================================
-# Below: what sets up, watches and ends a run. The flags, `TrainingRun` (resume, signals, evaluation, checkpoints,
-# logs), the envs (mpe2 batched in torch, any PettingZoo parallel env), the argument checks, test mode.
+# Below: what sets up, watches and ends a run: the flags, `TrainingRun`, the envs, the argument checks, test mode.
 # ====================================================================================================
 
 
@@ -537,6 +509,11 @@ class Args(Hyperparameters):
     log_interval: int = 20_000
     """environment steps between progress lines"""
 
+    @property
+    def batch(self):
+        """Env steps of a rollout."""
+        return self.episode_length * self.n_rollout_threads
+
 
 def parse_args(argv=None):
     """The command line over the preset of its --preset, --env-id and --continuous-actions (read in a first pass)."""
@@ -572,10 +549,8 @@ class TrainingRun(contextlib.AbstractContextManager):
         if args.resume and os.path.isdir(args.resume):  # a run folder: its checkpoint
             args = dataclasses.replace(args, resume=os.path.join(args.resume, "checkpoint.pt"))
         self.checkpoint = checkpoint = load_checkpoint(args.resume, device) if args.resume else None
-        if not spec.state_dim and hasattr(args, "state_type"):  # no state: the critic is local, in earlier runs too
+        if not spec.state_dim and hasattr(args, "state_type"):  # no state: the critic is local
             args = dataclasses.replace(args, state_type="local")
-            if checkpoint:
-                checkpoint["args"]["state_type"] = "local"
         if not args.gamma and checkpoint:  # a resumed run keeps the discount it began with
             args = dataclasses.replace(args, gamma=checkpoint["args"]["gamma"])
         elif not args.gamma:  # a horizon 1 / (1 - gamma) of a quarter of the env's time limit
@@ -585,7 +560,7 @@ class TrainingRun(contextlib.AbstractContextManager):
             print(f"--eval-max-steps: evaluation episodes end after {args.eval_max_steps:,} steps if not before")
         if checkpoint is not None:
             check_resume(args, checkpoint)
-        self.args, n_envs, self.batch = args, args.n_rollout_threads, args.episode_length * args.n_rollout_threads
+        self.args, n_envs, self.batch = args, args.n_rollout_threads, args.batch
         self.num_iterations = args.total_timesteps // self.batch
         if args.env_id in MPE_SCENARIOS:
             self.envs: VecEnv = BatchedMPE(spec, n_envs, args.seed, device)
@@ -746,6 +721,7 @@ class EnvSpec(NamedTuple):
     entities: tuple  # groups of interchangeable entities in the observation (`sort_entities`; spread only)
     env_id: str
     scenario: dict
+    obs_spaces: list  # each agent's observation space, without its action mask
 
 
 def scenario_kwargs(args):
@@ -820,9 +796,33 @@ def get_env_spec(env_id, scenario):
     if env_id == "simple_spread_v3":  # [vel, pos, N landmarks, N - 1 other agents, their messages], 2 numbers each
         n, others = len(agents), 4 + 2 * len(agents)
         entities = ((n, (4,)), (n - 1, (others, others + 2 * (n - 1))))
-    spec = EnvSpec(agents, max(sizes), len(avail[0]), 0, avail, continuous, masks, False, 0, entities, env_id, scenario)
+    spec = EnvSpec(
+        agents, max(sizes), len(avail[0]), 0, avail, continuous, masks, False, 0, entities, env_id, scenario, obs_spaces
+    )
     state_space = getattr(env, "state_space", None)
     return probe_env(spec, env, first, state_space if box(state_space) else None)
+
+
+def sort_entities(x: Tensor, entities) -> Tensor:
+    """x (..., F) with each group's 2-number blocks nearest first: a group (count, starts) is `count` blocks from each
+    start, ordered by the first run (positions)."""
+    if not entities:
+        return x
+    x = x.clone()
+    for count, starts in entities:
+        runs = [x[..., s : s + 2 * count].unflatten(-1, (count, 2)) for s in starts]  # each (..., count, 2)
+        order = runs[0].norm(dim=-1).argsort(dim=-1, stable=True)[..., None].expand_as(runs[0])
+        for s, run in zip(starts, [run.gather(-2, order).flatten(-2) for run in runs]):
+            x[..., s : s + 2 * count] = run
+    return x
+
+
+def nearest_columns(spec: EnvSpec, k) -> Tensor:
+    """(6k,) columns of a sorted spread observation: velocity, position, the nearest k landmarks and k - 1 agents."""
+    columns = list(range(4))
+    for (count, starts), keep in zip(spec.entities, (k, k - 1)):
+        columns += [s + c if c < 2 * count else spec.obs_dim for s in starts for c in range(2 * keep)]
+    return torch.tensor(columns)
 
 
 TIME_LIMITS = ("max_cycles", "max_steps", "max_episode_steps", "episode_limit", "time_limit", "limit")
@@ -1116,9 +1116,7 @@ class PettingZooEnv(gymnasium.Env):
         self.env, self.env_id, self.env_spec = make_env(spec.env_id, spec.scenario, render_mode), spec.env_id, spec
         n_agents, self.frames, self.recording, self.render_mode = len(spec.agents), [], False, render_mode
         self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (n_agents, spec.obs_dim), np.float32)
-        spaces = [self.env.observation_space(agent) for agent in spec.agents]
-        self.obs_spaces = [s["observation"] for s in spaces] if spec.action_masks == "observation" else spaces
-        self.obs_sizes = [gymnasium.spaces.flatdim(s) for s in self.obs_spaces]
+        self.obs_sizes = [gymnasium.spaces.flatdim(s) for s in spec.obs_spaces]
         self.action_space = gymnasium.spaces.MultiDiscrete([spec.action_dim] * n_agents)
         if spec.continuous:  # the policy acts in the unit box, mapped to each agent's bounds by `env_action`
             self.action_space = gymnasium.spaces.Box(0.0, 1.0, (n_agents, spec.action_dim), np.float32)
@@ -1134,7 +1132,7 @@ class PettingZooEnv(gymnasium.Env):
         obs = np.zeros(self.observation_space.shape, dtype=np.float32)
         if self.env_spec.action_masks == "observation":
             observations = {agent: own["observation"] for agent, own in observations.items()}
-        for i, (agent, space, size) in enumerate(zip(self.env_spec.agents, self.obs_spaces, self.obs_sizes)):
+        for i, (agent, space, size) in enumerate(zip(self.env_spec.agents, self.env_spec.obs_spaces, self.obs_sizes)):
             if agent in observations:  # flattened as gymnasium does (a Discrete observation one-hot), where it fits
                 own = observations[agent]
                 if isinstance(space, gymnasium.spaces.Box):  # as gymnasium's flatten, without its dispatch: 5x faster
@@ -1259,7 +1257,6 @@ def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args, writer, step, 
 
 
 def save_checkpoint(path, agent, value_norm, optimizer, args, global_step, **training):
-    """The model, and `training_state` for a training checkpoint."""
     model = dict(agent=agent.state_dict(), value_norm=value_norm.state_dict(), optimizer=optimizer.state_dict())
     checkpoint = dict(script=os.path.basename(__file__), args=dataclasses.asdict(args), global_step=global_step)
     torch.save(checkpoint | model | training, data := io.BytesIO())  # in memory: a full disk is an OSError, below
@@ -1329,7 +1326,6 @@ RUN_CONTROL_ARGS = frozenset(
 
 
 def check_resume(args, checkpoint):
-    """Refuses in one line a checkpoint that cannot go on under `args`."""
     if "progress" not in checkpoint:
         raise SystemExit(f"error: {args.resume} holds a model only; --resume takes the checkpoint.pt of a run folder")
     if "env" not in checkpoint or "next_step" in checkpoint["progress"]:  # worker processes, or a saved schedule
@@ -1343,7 +1339,7 @@ def check_resume(args, checkpoint):
     ]
     if differing:
         raise SystemExit(f"error: {args.resume} was trained with other settings: {', '.join(differing)}")
-    batch, progress = args.episode_length * args.n_rollout_threads, checkpoint["progress"]
+    batch, progress = args.batch, checkpoint["progress"]
     final_owed = progress["eval_step"] < progress["global_step"] == args.total_timesteps // batch * batch
     if checkpoint["global_step"] + batch > args.total_timesteps and not final_owed:
         raise SystemExit(
@@ -1354,8 +1350,6 @@ def check_resume(args, checkpoint):
 
 @dataclass
 class Progress:
-    """Where a training run is (kept in its checkpoints)."""
-
     iteration: int
     global_step: int
     best_eval: float = -np.inf
@@ -1396,7 +1390,6 @@ def first_line(error):
 
 
 def check_args(args):
-    """Refuses settings that cannot work, in one line, before the run starts."""
     counts = "n_rollout_threads n_agents max_cycles episode_length ppo_epoch num_mini_batch hidden_size n_block"
     counts += " n_embd n_head n_eval_episodes eval_max_steps log_interval"
     chosen = "n_training_threads eval_interval checkpoint_interval"  # 0: the script chooses
@@ -1410,7 +1403,7 @@ def check_args(args):
         for name in names.split():
             if hasattr(args, name) and not ok(getattr(args, name)):
                 raise SystemExit(f"error: --{name.replace('_', '-')} must be {what}, not {getattr(args, name)}")
-    batch, problems = args.episode_length * args.n_rollout_threads, []
+    batch, problems = args.batch, []
     if args.resume is not None and args.eval_checkpoint is not None:
         problems.append("--resume and --eval-checkpoint exclude each other: one trains on, the other only evaluates")
     if args.track and os.environ.get("WANDB_MODE") not in ("offline", "dryrun", "disabled"):  # a key, no network
@@ -1451,7 +1444,7 @@ def memory_estimate(spec, args):
     per_agent_step += (2 * args.hidden_size + 250 + 2.5 * args.use_agent_id * n_agents) / args.num_mini_batch
     with torch.device("meta"):  # the model's size without its memory: weights, gradients, Adam's two moments
         weights = 16 * sum(p.numel() for p in build_agent(spec, args, torch.device("meta"))[0].parameters())
-    return int(4 * args.episode_length * args.n_rollout_threads * n_agents * per_agent_step + weights)
+    return int(4 * args.batch * n_agents * per_agent_step + weights)
 
 
 def check_memory(spec, args, device):

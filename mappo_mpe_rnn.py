@@ -3,9 +3,6 @@
 `mappo_mpe.py` with a GRU in the actor and in the critic, as the official MAPPO runs MPE: zeroed at every episode
 start, replayed in training from the hidden states stored at each rollout's first step.
 
-Above the banner, the algorithm: hyperparameters, networks, value normalization, rollout buffer and GAE, PPO update and
-`main()`, the training loop. Below it, the run's machinery: the other flags, the envs, resume, evaluation, test mode.
-
     python mappo_mpe_rnn.py                               # simple_spread_v3, 3 agents, the settings tuned on mpe2
     python mappo_mpe_rnn.py --preset official             # the official code's settings instead
     python mappo_mpe_rnn.py --env-id mpe2.simple_spread_v3 --env-kwargs num_agent_neighbors 1   # on mpe2 itself
@@ -112,8 +109,8 @@ class Hyperparameters:
 
 
 MPE_SCENARIOS = ("simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4")
-# Per scenario, laid over the defaults above under the flags given: the official scripts' (train_mpe_*.sh, 32 rollout
-# threads for 128), or the best measured on mpe2 (docs/tuning.md); CONTINUOUS_PRESETS too with --continuous-actions.
+# Per scenario, under the flags given: the official scripts' settings (32 rollout threads for 128) or the best
+# measured on mpe2 (docs/tuning.md); CONTINUOUS_PRESETS too with --continuous-actions.
 PRESETS = {
     "official": {
         "simple_spread_v3": {"gamma": 0.99},
@@ -129,17 +126,17 @@ PRESETS = {
 CONTINUOUS_PRESETS = {"official": {}, "tuned": {"simple_spread_v3": {"ent_coef": 0.003}}}
 
 
-# ---------------------------------------- Networks -------------------------------------------------------------------
+# ---------------------------------------- Networks
 
 
-def layer_init(layer: nn.Linear, gain: float = np.sqrt(2)) -> nn.Linear:
+def layer_init(layer, gain: float = np.sqrt(2)):
     nn.init.orthogonal_(layer.weight, gain)
     if layer.bias is not None:
         nn.init.constant_(layer.bias, 0.0)
     return layer
 
 
-def mlp(in_dim: int, args: Args) -> nn.Sequential:
+def mlp(in_dim, args):
     """The official MAPPO trunk: [LayerNorm] -> 2 x (Linear, activation, LayerNorm), orthogonal init."""
     hidden = args.hidden_size
     act, gain = {"tanh": nn.Tanh, "relu": nn.ReLU}[args.activation], nn.init.calculate_gain(args.activation)
@@ -150,8 +147,8 @@ def mlp(in_dim: int, args: Args) -> nn.Sequential:
 
 
 def gru_over_sequence(gru: nn.GRU, x: Tensor, hidden: Tensor, starts: Tensor) -> Tensor:
-    """The hidden states (L, N, H) after every step of x (L, N, in_dim) from hidden (N, H), a row's zeroed before a
-    step where its episode starts (L, N); one GRU call a piece between such steps, as the official RNNLayer."""
+    """The hidden states (L, N, H) after each step of x (L, N, in_dim) from hidden (N, H), zeroed where an episode
+    starts (L, N); one GRU call a piece between starts, as the official RNNLayer."""
     L = x.shape[0]
     cuts = [0, *(torch.nonzero(starts[1:].any(dim=1)).flatten() + 1).tolist(), L]
     keep = (~starts).unsqueeze(-1).to(x.dtype)  # (L, N, 1)
@@ -166,7 +163,7 @@ def gru_over_sequence(gru: nn.GRU, x: Tensor, hidden: Tensor, starts: Tensor) ->
 class RecurrentNet(nn.Module):
     """The official rMAPPO network: trunk -> GRU (orthogonal weights, zero biases) -> LayerNorm -> linear output."""
 
-    def __init__(self, in_dim: int, out_dim: int, out_gain: float, args: Args):
+    def __init__(self, in_dim, out_dim, out_gain, args):
         super().__init__()
         self.trunk = mlp(in_dim, args)
         self.gru = nn.GRU(args.hidden_size, args.hidden_size)
@@ -185,8 +182,8 @@ class RecurrentNet(nn.Module):
 
 
 class Gaussian(Normal):
-    """Diagonal Gaussian of mean 0.5 + `out` over zero-padded action vectors, clipped into [0, 1]: an action on a face
-    scores the mass beyond it (censored, Fujita and Maeda 2018); dims an agent lacks (`dims` False) count nothing."""
+    """Diagonal Gaussian of mean 0.5 + `out`, clipped into [0, 1] (censored: an action on a face scores the mass beyond
+    it); action dims an agent lacks (`dims` False) count nothing."""
 
     def __init__(self, out: Tensor, std_logit: Tensor, dims: Tensor):
         super().__init__(out + 0.5, torch.sigmoid(std_logit).expand_as(out), validate_args=False)
@@ -215,32 +212,10 @@ def action_distribution(out: Tensor, avail_actions: Tensor, std_logit: Tensor | 
     return Gaussian(out, std_logit, avail_actions)
 
 
-def sort_entities(x: Tensor, entities: tuple) -> Tensor:
-    """x (..., F) with each group's 2-number blocks nearest first: a group (count, starts) is `count` blocks from each
-    start, ordered by the first run (positions). mpe2 lists them in a fixed order, whose roles an MLP learns N times."""
-    if not entities:
-        return x
-    x = x.clone()
-    for count, starts in entities:
-        runs = [x[..., s : s + 2 * count].unflatten(-1, (count, 2)) for s in starts]  # each (..., count, 2)
-        order = runs[0].norm(dim=-1).argsort(dim=-1, stable=True)[..., None].expand_as(runs[0])
-        for s, run in zip(starts, [run.gather(-2, order).flatten(-2) for run in runs]):
-            x[..., s : s + 2 * count] = run
-    return x
-
-
-def nearest_columns(spec: EnvSpec, k: int) -> Tensor:
-    """(6k,) columns of a sorted spread observation: velocity, position, the nearest k landmarks and k - 1 agents."""
-    columns = list(range(4))
-    for (count, starts), keep in zip(spec.entities, (k, k - 1)):
-        columns += [s + c if c < 2 * count else spec.obs_dim for s in starts for c in range(2 * keep)]
-    return torch.tensor(columns)
-
-
 class Agent(nn.Module):
-    """Recurrent actor(s) on each agent's observation, a recurrent centralized critic; a hidden state per row."""
+    """Recurrent actor(s) on each agent's observation and a recurrent centralized critic."""
 
-    def __init__(self, spec: EnvSpec, args: Args):
+    def __init__(self, spec: EnvSpec, args):
         super().__init__()
         n_agents = len(spec.agents)
         self.use_agent_id = args.use_agent_id
@@ -252,19 +227,16 @@ class Agent(nn.Module):
         actor_in = (spec.obs_dim if actor_columns is None else len(actor_columns)) + args.use_agent_id * n_agents
         n_actors = n_agents if args.separate_actors else 1
         self.actors = nn.ModuleList(RecurrentNet(actor_in, spec.action_dim, 0.01, args) for _ in range(n_actors))
-        # Continuous actions: the mean starts near 0.5, the centre of the box, the std at sigmoid(2) = 0.88
+        # Continuous actions: the mean starts near 0.5, the box's centre, the std at sigmoid(2) = 0.88
         self.actor_std_logit = nn.Parameter(torch.full((n_actors, spec.action_dim), 2.0)) if spec.continuous else None
         # EP: one pass per env on the state, a value head per agent (without --team-reward their returns differ)
         extra = {"EP": 0, "FP": n_agents, "AS": spec.obs_dim + n_agents, "local": spec.obs_dim + n_agents}
         critic_in = (self.state_type != "local") * spec.state_dim + extra[self.state_type]
-        value_heads = n_agents if self.state_type == "EP" else 1
-        self.critic = RecurrentNet(critic_in, value_heads, 1.0, args)
-        self.hidden_shapes = (
-            (n_agents, args.hidden_size),
-            (1 if self.state_type == "EP" else n_agents, args.hidden_size),
-        )
+        self.critic = RecurrentNet(critic_in, n_agents if self.state_type == "EP" else 1, 1.0, args)
+        critic_rows = 1 if self.state_type == "EP" else n_agents
+        self.hidden_shapes = ((n_agents, args.hidden_size), (critic_rows, args.hidden_size))
 
-    def initial_hidden(self, n_envs: int) -> tuple[Tensor, Tensor]:
+    def initial_hidden(self, n_envs) -> tuple[Tensor, Tensor]:
         """Zero hidden states of the actors (n_envs, n_agents, H) and the critic (n_envs, critic rows, H)."""
         return tuple(torch.zeros(n_envs, *shape, device=self.agent_ids.device) for shape in self.hidden_shapes)
 
@@ -306,7 +278,7 @@ class Agent(nn.Module):
             out, hiddens = (torch.cat(parts, dim=2) for parts in zip(*outputs))
         return action_distribution(out, avail, self.actor_std_logit), hiddens
 
-    def act(self, obs, avail, hidden: Tensor, starts: Tensor, deterministic: bool = False):
+    def act(self, obs, avail, hidden: Tensor, starts: Tensor, deterministic=False):
         """One step: actions (B, n_agents[, action_dim]), their log-probs (B, n_agents) and the next hidden state;
         `starts` (B,) marks the envs whose episode begins here."""
         dist, hiddens = self.get_dist(self.actor_input(obs[None]), avail[None], hidden, starts[None])
@@ -314,13 +286,13 @@ class Agent(nn.Module):
         return action[0], dist.log_prob(action)[0], hiddens[0]
 
 
-# ---------------------------------------- Value normalization --------------------------------------------------------
+# ---------------------------------------- Value normalization
 
 
 class ValueNorm(nn.Module):
     """Running mean and variance of the returns (official MAPPO's debiased averages); identity if not `enabled`."""
 
-    def __init__(self, enabled: bool = True, beta: float = 0.99999, epsilon: float = 1e-5, min_var: float = 1e-2):
+    def __init__(self, enabled=True, beta=0.99999, epsilon=1e-5, min_var=1e-2):
         super().__init__()
         self.enabled, self.beta, self.epsilon, self.min_var = enabled, beta, epsilon, min_var
         for name in ("running_mean", "running_mean_sq", "debiasing_term"):
@@ -335,7 +307,7 @@ class ValueNorm(nn.Module):
         return mean, var
 
     @torch.no_grad()
-    def update(self, x: Tensor, steps: int = 1):
+    def update(self, x: Tensor, steps=1):
         """`steps` updates on x at once, as the official codes make one a minibatch (docs/implementation.md)."""
         if not self.enabled:
             return
@@ -353,14 +325,14 @@ class ValueNorm(nn.Module):
         return x * var.sqrt() + mean
 
 
-# ---------------------------------------- Rollout buffer and GAE -----------------------------------------------------
+# ---------------------------------------- Rollout buffer and GAE
 
 
 class RolloutBuffer:
-    """One rollout of T steps; index t holds the input at step t and what followed from acting on it, `hidden` the
-    actors' and critic's hidden states before step 0, from which training replays it."""
+    """One rollout of T steps; index t holds the input at step t and what followed from acting on it; `hidden`: the
+    hidden states before step 0, from which training replays it."""
 
-    def __init__(self, T: int, n_envs: int, spec: EnvSpec, device: torch.device, hidden: tuple[Tensor, ...]):
+    def __init__(self, T, n_envs, spec: EnvSpec, device, hidden: tuple[Tensor, ...]):
         n_agents = len(spec.agents)
         zeros = lambda *shape, dtype=torch.float32: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
         self.obs = zeros(T + 1, n_envs, n_agents, spec.obs_dim)
@@ -379,7 +351,7 @@ class RolloutBuffer:
         self.starts[0] = True
         self.actor_hidden, self.critic_hidden = hidden  # (n_envs, n_agents, H), (n_envs, critic rows, H)
 
-    def insert(self, t: int, actions: Tensor, logprobs: Tensor, step: StepResult):
+    def insert(self, t, actions: Tensor, logprobs: Tensor, step: StepResult):
         self.actions[t], self.logprobs[t], self.rewards[t] = actions, logprobs, step.rewards
         self.terminated[t], self.truncated[t] = step.terminated, step.truncated
         self.obs[t + 1], self.state[t + 1], self.alive[t + 1] = step.obs, step.state, step.alive
@@ -388,9 +360,9 @@ class RolloutBuffer:
         self.starts[t + 1] = step.ended
 
     @torch.no_grad()
-    def compute_values(self, agent: nn.Module, value_norm):
-        """All values of the rollout, on the scale of the returns: the critic over its T + 1 inputs, and a final
-        observation's one more step from the hidden state after step t, all such steps in one batch."""
+    def compute_values(self, agent, value_norm):
+        """The rollout's values on the scale of the returns: the critic over its T + 1 inputs; a final observation's
+        one more step from the hidden state after step t, all in one batch."""
         values, hiddens = agent.get_value(agent.critic_input(self.obs, self.state), self.critic_hidden, self.starts)
         self.values[:] = value_norm.denormalize(values)
         T, n_envs = self.final_obs.shape[:2]
@@ -402,12 +374,12 @@ class RolloutBuffer:
         self.next_critic_hidden = hiddens[-2]  # before obs[T], the next rollout's first input
 
     def start_next_rollout(self, actor_hidden: Tensor):
-        """The hidden states before the last input (the next rollout's first) start the next rollout."""
+        """The next rollout starts from the hidden states before its first input, this one's last."""
         self.starts[0] = self.starts[-1]
         self.actor_hidden, self.critic_hidden = actor_hidden, self.next_critic_hidden
 
 
-def compute_gae(buffer: RolloutBuffer, gamma: float, gae_lambda: float, team_reward: bool):
+def compute_gae(buffer, gamma, gae_lambda, team_reward):
     """Advantages and returns (T, n_envs, n_agents); a truncated episode bootstraps from its final value. With
     `team_reward` an agent's episode ends with the env's: one that died goes on earning the team's rewards."""
     rewards, values, terminated, truncated = buffer.rewards, buffer.values, buffer.terminated, buffer.truncated
@@ -427,14 +399,13 @@ def compute_gae(buffer: RolloutBuffer, gamma: float, gae_lambda: float, team_rew
 
 
 def masked_mean(x: Tensor, alive: Tensor) -> Tensor:
-    """Mean of x (..., n_agents) over the agents in their episode."""
     return (x * alive).sum() / alive.sum().clamp(min=1)
 
 
-# ---------------------------------------- PPO update -----------------------------------------------------------------
+# ---------------------------------------- PPO update
 
 
-def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip: float) -> tuple[Tensor, dict]:
+def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip) -> tuple[Tensor, dict]:
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
     surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip, 1 + clip) * advantages)
@@ -444,7 +415,7 @@ def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip: float) -> 
     return -masked_mean(surrogate, alive), stats
 
 
-def value_loss_fn(values, old_values, returns, alive, args: Args) -> Tensor:
+def value_loss_fn(values, old_values, returns, alive, args) -> Tensor:
     """Huber loss of normalized values, PPO-clipped; with the team's reward a dead agent's return still counts."""
     loss = F.huber_loss(values, returns, reduction="none", delta=args.huber_delta)
     if args.clipped_value_loss:
@@ -453,14 +424,14 @@ def value_loss_fn(values, old_values, returns, alive, args: Args) -> Tensor:
     return masked_mean(loss, alive | args.team_reward)
 
 
-def minibatch_indices(batch_size: int, num_mini_batch: int, device: torch.device) -> list:
+def minibatch_indices(batch_size, num_mini_batch, device):
     """Disjoint random minibatches of one epoch; one minibatch is the whole batch as a slice (no copy)."""
     if num_mini_batch == 1:
         return [slice(None)]
     return list(torch.randperm(batch_size, device=device).split(batch_size // num_mini_batch))
 
 
-def ppo_step(agent: Agent, optimizer, batch: list, args: Args) -> dict:
+def ppo_step(agent, optimizer, batch, args):
     """One gradient step on one minibatch; its statistics stay tensors (nothing waits on the device)."""
     actor_in, critic_in, alive, actions, old_logprobs, avail, advantages, old_values, returns, starts, hiddens = batch
     dist, _ = agent.get_dist(actor_in, avail, hiddens[0], starts)  # under the masks the actions were drawn with
@@ -477,9 +448,8 @@ def ppo_step(agent: Agent, optimizer, batch: list, args: Args) -> dict:
     return losses | pg_stats | dict(actor_grad_norm=actor_grad_norm, critic_grad_norm=critic_grad_norm)
 
 
-def ppo_update(agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advantages, returns, args: Args) -> dict:
-    """`ppo_epoch` passes of minibatches of whole envs, each a `ppo_step` that replays their sequences through the
-    GRUs from the hidden states stored before step 0."""
+def ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args):
+    """`ppo_epoch` passes of minibatches of whole envs, each a `ppo_step` replaying their sequences through the GRUs."""
     old_values = value_norm.normalize(buffer.values[:-1])  # the critic's outputs when acting: the clip's centre
     learned = returns[buffer.alive[:-1] | args.team_reward]  # the returns the critic learns (value_loss_fn)
     value_norm.update(learned, steps=args.ppo_epoch * args.num_mini_batch)  # as often as the official codes
@@ -497,15 +467,15 @@ def ppo_update(agent: Agent, optimizer, value_norm, buffer: RolloutBuffer, advan
     return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
 
 
-def build_agent(spec: EnvSpec, args: Args, device: torch.device):
+def build_agent(spec: EnvSpec, args, device):
     agent = Agent(spec, args).to(device)
     value_norm = ValueNorm(args.use_valuenorm).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5, fused=True)
     return agent, value_norm, optimizer
 
 
-def main(args: Args) -> dict:
-    """Iterations of a rollout, its advantages and the PPO update; `TrainingRun` (below the banner) does the rest."""
+def main(args):
+    """Iterations of a rollout, its advantages and the PPO update; `TrainingRun` does the rest."""
     if args.eval_checkpoint is not None:
         run_evaluation_only(args)
         return {}
@@ -549,8 +519,7 @@ def main(args: Args) -> dict:
 
 
 # ====================================================================================================
-# Below: what sets up, watches and ends a run. The flags, `TrainingRun` (resume, signals, evaluation, checkpoints,
-# logs), the envs (mpe2 batched in torch, any PettingZoo parallel env), the argument checks, test mode.
+# Below: what sets up, watches and ends a run: the flags, `TrainingRun`, the envs, the argument checks, test mode.
 # ====================================================================================================
 
 
@@ -601,6 +570,11 @@ class Args(Hyperparameters):
     log_interval: int = 20_000
     """environment steps between progress lines"""
 
+    @property
+    def batch(self):
+        """Env steps of a rollout."""
+        return self.episode_length * self.n_rollout_threads
+
 
 def parse_args(argv=None):
     """The command line over the preset of its --preset, --env-id and --continuous-actions (read in a first pass)."""
@@ -634,10 +608,8 @@ class TrainingRun(contextlib.AbstractContextManager):
         if args.resume and os.path.isdir(args.resume):  # a run folder: its checkpoint
             args = dataclasses.replace(args, resume=os.path.join(args.resume, "checkpoint.pt"))
         self.checkpoint = checkpoint = load_checkpoint(args.resume, device) if args.resume else None
-        if not spec.state_dim and hasattr(args, "state_type"):  # no state: the critic is local, in earlier runs too
+        if not spec.state_dim and hasattr(args, "state_type"):  # no state: the critic is local
             args = dataclasses.replace(args, state_type="local")
-            if checkpoint:
-                checkpoint["args"]["state_type"] = "local"
         if not args.gamma and checkpoint:  # a resumed run keeps the discount it began with
             args = dataclasses.replace(args, gamma=checkpoint["args"]["gamma"])
         elif not args.gamma:  # a horizon 1 / (1 - gamma) of a quarter of the env's time limit
@@ -647,7 +619,7 @@ class TrainingRun(contextlib.AbstractContextManager):
             print(f"--eval-max-steps: evaluation episodes end after {args.eval_max_steps:,} steps if not before")
         if checkpoint is not None:
             check_resume(args, checkpoint)
-        self.args, n_envs, self.batch = args, args.n_rollout_threads, args.episode_length * args.n_rollout_threads
+        self.args, n_envs, self.batch = args, args.n_rollout_threads, args.batch
         self.num_iterations = args.total_timesteps // self.batch
         if args.env_id in MPE_SCENARIOS:
             self.envs: VecEnv = BatchedMPE(spec, n_envs, args.seed, device)
@@ -799,6 +771,7 @@ class EnvSpec(NamedTuple):
     entities: tuple  # groups of interchangeable entities in the observation (`sort_entities`; spread only)
     env_id: str
     scenario: dict
+    obs_spaces: list  # each agent's observation space, without its action mask
 
 
 def scenario_kwargs(args):
@@ -873,9 +846,33 @@ def get_env_spec(env_id, scenario):
     if env_id == "simple_spread_v3":  # [vel, pos, N landmarks, N - 1 other agents, their messages], 2 numbers each
         n, others = len(agents), 4 + 2 * len(agents)
         entities = ((n, (4,)), (n - 1, (others, others + 2 * (n - 1))))
-    spec = EnvSpec(agents, max(sizes), len(avail[0]), 0, avail, continuous, masks, False, 0, entities, env_id, scenario)
+    spec = EnvSpec(
+        agents, max(sizes), len(avail[0]), 0, avail, continuous, masks, False, 0, entities, env_id, scenario, obs_spaces
+    )
     state_space = getattr(env, "state_space", None)
     return probe_env(spec, env, first, state_space if box(state_space) else None)
+
+
+def sort_entities(x: Tensor, entities) -> Tensor:
+    """x (..., F) with each group's 2-number blocks nearest first: a group (count, starts) is `count` blocks from each
+    start, ordered by the first run (positions)."""
+    if not entities:
+        return x
+    x = x.clone()
+    for count, starts in entities:
+        runs = [x[..., s : s + 2 * count].unflatten(-1, (count, 2)) for s in starts]  # each (..., count, 2)
+        order = runs[0].norm(dim=-1).argsort(dim=-1, stable=True)[..., None].expand_as(runs[0])
+        for s, run in zip(starts, [run.gather(-2, order).flatten(-2) for run in runs]):
+            x[..., s : s + 2 * count] = run
+    return x
+
+
+def nearest_columns(spec: EnvSpec, k) -> Tensor:
+    """(6k,) columns of a sorted spread observation: velocity, position, the nearest k landmarks and k - 1 agents."""
+    columns = list(range(4))
+    for (count, starts), keep in zip(spec.entities, (k, k - 1)):
+        columns += [s + c if c < 2 * count else spec.obs_dim for s in starts for c in range(2 * keep)]
+    return torch.tensor(columns)
 
 
 TIME_LIMITS = ("max_cycles", "max_steps", "max_episode_steps", "episode_limit", "time_limit", "limit")
@@ -1169,9 +1166,7 @@ class PettingZooEnv(gymnasium.Env):
         self.env, self.env_id, self.env_spec = make_env(spec.env_id, spec.scenario, render_mode), spec.env_id, spec
         n_agents, self.frames, self.recording, self.render_mode = len(spec.agents), [], False, render_mode
         self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (n_agents, spec.obs_dim), np.float32)
-        spaces = [self.env.observation_space(agent) for agent in spec.agents]
-        self.obs_spaces = [s["observation"] for s in spaces] if spec.action_masks == "observation" else spaces
-        self.obs_sizes = [gymnasium.spaces.flatdim(s) for s in self.obs_spaces]
+        self.obs_sizes = [gymnasium.spaces.flatdim(s) for s in spec.obs_spaces]
         self.action_space = gymnasium.spaces.MultiDiscrete([spec.action_dim] * n_agents)
         if spec.continuous:  # the policy acts in the unit box, mapped to each agent's bounds by `env_action`
             self.action_space = gymnasium.spaces.Box(0.0, 1.0, (n_agents, spec.action_dim), np.float32)
@@ -1187,7 +1182,7 @@ class PettingZooEnv(gymnasium.Env):
         obs = np.zeros(self.observation_space.shape, dtype=np.float32)
         if self.env_spec.action_masks == "observation":
             observations = {agent: own["observation"] for agent, own in observations.items()}
-        for i, (agent, space, size) in enumerate(zip(self.env_spec.agents, self.obs_spaces, self.obs_sizes)):
+        for i, (agent, space, size) in enumerate(zip(self.env_spec.agents, self.env_spec.obs_spaces, self.obs_sizes)):
             if agent in observations:  # flattened as gymnasium does (a Discrete observation one-hot), where it fits
                 own = observations[agent]
                 if isinstance(space, gymnasium.spaces.Box):  # as gymnasium's flatten, without its dispatch: 5x faster
@@ -1315,7 +1310,6 @@ def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args, writer, step, 
 
 
 def save_checkpoint(path, agent, value_norm, optimizer, args, global_step, **training):
-    """The model, and `training_state` for a training checkpoint."""
     model = dict(agent=agent.state_dict(), value_norm=value_norm.state_dict(), optimizer=optimizer.state_dict())
     checkpoint = dict(script=os.path.basename(__file__), args=dataclasses.asdict(args), global_step=global_step)
     torch.save(checkpoint | model | training, data := io.BytesIO())  # in memory: a full disk is an OSError, below
@@ -1385,7 +1379,6 @@ RUN_CONTROL_ARGS = frozenset(
 
 
 def check_resume(args, checkpoint):
-    """Refuses in one line a checkpoint that cannot go on under `args`."""
     if "progress" not in checkpoint:
         raise SystemExit(f"error: {args.resume} holds a model only; --resume takes the checkpoint.pt of a run folder")
     if "env" not in checkpoint or "next_step" in checkpoint["progress"]:  # worker processes, or a saved schedule
@@ -1399,7 +1392,7 @@ def check_resume(args, checkpoint):
     ]
     if differing:
         raise SystemExit(f"error: {args.resume} was trained with other settings: {', '.join(differing)}")
-    batch, progress = args.episode_length * args.n_rollout_threads, checkpoint["progress"]
+    batch, progress = args.batch, checkpoint["progress"]
     final_owed = progress["eval_step"] < progress["global_step"] == args.total_timesteps // batch * batch
     if checkpoint["global_step"] + batch > args.total_timesteps and not final_owed:
         raise SystemExit(
@@ -1410,8 +1403,6 @@ def check_resume(args, checkpoint):
 
 @dataclass
 class Progress:
-    """Where a training run is (kept in its checkpoints)."""
-
     iteration: int
     global_step: int
     best_eval: float = -np.inf
@@ -1456,7 +1447,6 @@ def first_line(error):
 
 
 def check_args(args):
-    """Refuses settings that cannot work, in one line, before the run starts."""
     counts = "n_rollout_threads n_agents max_cycles episode_length ppo_epoch num_mini_batch hidden_size n_block"
     counts += " n_embd n_head n_eval_episodes eval_max_steps log_interval"
     chosen = "n_training_threads eval_interval checkpoint_interval"  # 0: the script chooses
@@ -1470,7 +1460,7 @@ def check_args(args):
         for name in names.split():
             if hasattr(args, name) and not ok(getattr(args, name)):
                 raise SystemExit(f"error: --{name.replace('_', '-')} must be {what}, not {getattr(args, name)}")
-    batch, problems = args.episode_length * args.n_rollout_threads, []
+    batch, problems = args.batch, []
     if args.resume is not None and args.eval_checkpoint is not None:
         problems.append("--resume and --eval-checkpoint exclude each other: one trains on, the other only evaluates")
     if args.track and os.environ.get("WANDB_MODE") not in ("offline", "dryrun", "disabled"):  # a key, no network
@@ -1514,7 +1504,7 @@ def memory_estimate(spec, args):
     per_agent_step += (14 * args.hidden_size + 250 + 1.5 * args.use_agent_id * n_agents) / args.num_mini_batch
     with torch.device("meta"):  # the model's size without its memory: weights, gradients, Adam's two moments
         weights = 16 * sum(p.numel() for p in build_agent(spec, args, torch.device("meta"))[0].parameters())
-    return int(4 * args.episode_length * args.n_rollout_threads * n_agents * per_agent_step + weights)
+    return int(4 * args.batch * n_agents * per_agent_step + weights)
 
 
 def check_memory(spec, args, device):

@@ -4,9 +4,6 @@ The agents of an env step are a sequence: an encoder turns their observations in
 decoder emits their actions one after another, each conditioned on those already chosen (acting decodes agent by
 agent with a key/value cache; training scores all agents' actions in one teacher-forced pass).
 
-Above the banner, the algorithm: hyperparameters, networks, value normalization, rollout buffer and GAE, PPO update and
-`main()`, the training loop. Below it, the run's machinery: the other flags, the envs, resume, evaluation, test mode.
-
     python mat_mpe.py                                     # simple_spread_v3, 3 agents, the settings tuned on mpe2
     python mat_mpe.py --preset official                   # the official code's settings instead
     python mat_mpe.py --env-id simple_speaker_listener_v4            # with the tuned settings of that scenario
@@ -102,15 +99,13 @@ class Hyperparameters:
     """delta of the Huber value loss"""
     clipped_value_loss: bool = True
     """the value loss is the larger of the plain and the clipped-prediction loss"""
-    shuffle_agents: bool = False
-    """decode the agents of every env step in a random order (the official code meant to but never did)"""
     team_reward: bool = True
     """every agent learns the team's mean reward, to the end of the episode even once it died"""
 
 
 MPE_SCENARIOS = ("simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4")
-# Per scenario, laid over the defaults above under the flags given: the official MPE script's (train_mpe.sh, 32 rollout
-# threads for 128), or the best measured on mpe2 (docs/tuning.md); CONTINUOUS_PRESETS too with --continuous-actions.
+# Per scenario, under the flags given: the official MPE script's settings (32 rollout threads for 128) or the best
+# measured on mpe2 (docs/tuning.md); CONTINUOUS_PRESETS too with --continuous-actions.
 PRESETS = {
     "official": dict.fromkeys(MPE_SCENARIOS, {"gamma": 0.99, "ppo_epoch": 10}),
     "tuned": {
@@ -125,10 +120,10 @@ CONTINUOUS_PRESETS = {
 }
 
 
-# ---------------------------------------- Networks -------------------------------------------------------------------
+# ---------------------------------------- Networks
 
 
-def layer_init(layer: nn.Linear, gain: float = np.sqrt(2)) -> nn.Linear:
+def layer_init(layer, gain: float = np.sqrt(2)):
     nn.init.orthogonal_(layer.weight, gain)
     if layer.bias is not None:
         nn.init.constant_(layer.bias, 0.0)
@@ -193,8 +188,8 @@ class DecodeBlock(nn.Module):
 
 
 class Gaussian(Normal):
-    """Diagonal Gaussian of mean 0.5 + `out` over zero-padded action vectors, clipped into [0, 1]: an action on a face
-    scores the mass beyond it (censored, Fujita and Maeda 2018); dims an agent lacks (`dims` False) count nothing."""
+    """Diagonal Gaussian of mean 0.5 + `out`, clipped into [0, 1] (censored: an action on a face scores the mass beyond
+    it); action dims an agent lacks (`dims` False) count nothing."""
 
     def __init__(self, out: Tensor, std_logit: Tensor, dims: Tensor):
         super().__init__(out + 0.5, torch.sigmoid(std_logit).expand_as(out), validate_args=False)
@@ -223,37 +218,10 @@ def action_distribution(out: Tensor, avail_actions: Tensor, std_logit: Tensor | 
     return Gaussian(out, std_logit, avail_actions)
 
 
-def sort_entities(x: Tensor, entities: tuple) -> Tensor:
-    """x (..., F) with each group's 2-number blocks nearest first: a group (count, starts) is `count` blocks from each
-    start, ordered by the first run (positions). mpe2 lists them in a fixed order, whose roles an MLP learns N times."""
-    if not entities:
-        return x
-    x = x.clone()
-    for count, starts in entities:
-        runs = [x[..., s : s + 2 * count].unflatten(-1, (count, 2)) for s in starts]  # each (..., count, 2)
-        order = runs[0].norm(dim=-1).argsort(dim=-1, stable=True)[..., None].expand_as(runs[0])
-        for s, run in zip(starts, [run.gather(-2, order).flatten(-2) for run in runs]):
-            x[..., s : s + 2 * count] = run
-    return x
-
-
-def nearest_columns(spec: EnvSpec, k: int) -> Tensor:
-    """(6k,) columns of a sorted spread observation: velocity, position, the nearest k landmarks and k - 1 agents."""
-    columns = list(range(4))
-    for (count, starts), keep in zip(spec.entities, (k, k - 1)):
-        columns += [s + c if c < 2 * count else spec.obs_dim for s in starts for c in range(2 * keep)]
-    return torch.tensor(columns)
-
-
-def in_agent_order(x, order):
-    """x (B, n_agents, ...) with row b's agents in the order `order[b]`."""
-    return x[torch.arange(len(x), device=x.device).unsqueeze(1), order]
-
-
 class MultiAgentTransformer(nn.Module):
     """Encoder: observations -> representations, values; decoder: those, earlier actions -> the next agent's action."""
 
-    def __init__(self, spec: EnvSpec, args: Args):
+    def __init__(self, spec: EnvSpec, args):
         super().__init__()
         n_agents, n_embd = len(spec.agents), args.n_embd
         self.entities = spec.entities if args.sort_entities or args.nearest_k else ()
@@ -275,9 +243,9 @@ class MultiAgentTransformer(nn.Module):
         self.action_head = head(n_embd, spec.action_dim)
         self.std_logit = nn.Parameter(torch.full((spec.action_dim,), 2.0)) if spec.continuous else None  # std 0.88
 
-    def agent_inputs(self, obs, agent_order):
-        """Observations (entities sorted) with the one-hot id of agent `agent_order[b, i]` (None: i) at position i."""
-        ids = self.agent_ids.expand(len(obs), -1, -1) if agent_order is None else self.agent_ids[agent_order]
+    def agent_inputs(self, obs):
+        """Observations (entities sorted) with the agents' one-hot ids."""
+        ids = self.agent_ids.expand(len(obs), -1, -1)
         obs = sort_entities(obs, self.entities)
         if self.obs_columns is not None:  # the nearest K of each kind, zeros where there are fewer
             obs = F.pad(obs, (0, 1))[..., self.obs_columns]
@@ -289,7 +257,7 @@ class MultiAgentTransformer(nn.Module):
         return obs_rep, self.value_head(obs_rep).squeeze(-1)
 
     def get_value(self, obs):
-        return self.encode(self.agent_inputs(obs, None))[1]
+        return self.encode(self.agent_inputs(obs))[1]
 
     def action_tokens(self, actions, alive):
         """A one-hot or the action vector; for an agent out of the episode, a token no action gives: it did not act."""
@@ -324,30 +292,24 @@ class MultiAgentTransformer(nn.Module):
                 shifted[:, i + 1] = self.action_tokens(actions[-1], alive[:, i])
         return torch.stack(actions, dim=1), torch.stack(logprobs, dim=1)
 
-    def act(self, obs, alive, avail, deterministic=False, agent_order=None):
-        """Actions and log-probs (B, n_agents), decoded in `agent_order` (None: 0, 1, ...), in the agents' own order."""
-        if agent_order is not None:
-            obs, alive, avail = (in_agent_order(x, agent_order) for x in (obs, alive, avail))
-        obs_rep = self.encode(self.agent_inputs(obs, agent_order))[0]
-        actions, logprobs = self.decode_autoregressive(obs_rep, avail, alive, deterministic)
-        if agent_order is None:
-            return actions, logprobs
-        return tuple(in_agent_order(x, agent_order.argsort(dim=1)) for x in (actions, logprobs))
+    def act(self, obs, alive, avail, deterministic=False):
+        """Actions and log-probs (B, n_agents), decoded agent by agent."""
+        return self.decode_autoregressive(self.encode(self.agent_inputs(obs))[0], avail, alive, deterministic)
 
-    def evaluate_actions(self, obs, actions, alive, avail, agent_order=None):
-        """Log-probs, entropies and values (B, n_agents) of joint actions, all inputs already in `agent_order`."""
-        obs_rep, values = self.encode(self.agent_inputs(obs, agent_order))
+    def evaluate_actions(self, obs, actions, alive, avail):
+        """Log-probs, entropies and values (B, n_agents) of joint actions."""
+        obs_rep, values = self.encode(self.agent_inputs(obs))
         dist = action_distribution(self.decode(self.shift_actions(actions, alive), obs_rep), avail, self.std_logit)
         return dist.log_prob(actions), dist.entropy(), values
 
 
-# ---------------------------------------- Value normalization --------------------------------------------------------
+# ---------------------------------------- Value normalization
 
 
 class ValueNorm(nn.Module):
     """Running mean and variance of the returns (official MAPPO's debiased averages); identity if not `enabled`."""
 
-    def __init__(self, enabled: bool = True, beta: float = 0.99999, epsilon: float = 1e-5, min_var: float = 1e-2):
+    def __init__(self, enabled=True, beta=0.99999, epsilon=1e-5, min_var=1e-2):
         super().__init__()
         self.enabled, self.beta, self.epsilon, self.min_var = enabled, beta, epsilon, min_var
         for name in ("running_mean", "running_mean_sq", "debiasing_term"):
@@ -362,7 +324,7 @@ class ValueNorm(nn.Module):
         return mean, var
 
     @torch.no_grad()
-    def update(self, x: Tensor, steps: int = 1):
+    def update(self, x: Tensor, steps=1):
         """`steps` updates on x at once, as the official codes make one a minibatch (docs/implementation.md)."""
         if not self.enabled:
             return
@@ -380,13 +342,13 @@ class ValueNorm(nn.Module):
         return x * var.sqrt() + mean
 
 
-# ---------------------------------------- Rollout buffer and GAE -----------------------------------------------------
+# ---------------------------------------- Rollout buffer and GAE
 
 
 class RolloutBuffer:
     """One rollout of T steps; index t holds the input at step t and what followed from acting on it."""
 
-    def __init__(self, T: int, n_envs: int, spec: EnvSpec, device: torch.device):
+    def __init__(self, T, n_envs, spec: EnvSpec, device):
         n_agents = len(spec.agents)
         zeros = lambda *shape, dtype=torch.float32: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
         self.obs = zeros(T + 1, n_envs, n_agents, spec.obs_dim)
@@ -399,16 +361,15 @@ class RolloutBuffer:
         self.terminated, self.truncated = (zeros(T, n_envs, n_agents, dtype=torch.bool) for _ in range(2))
         self.final_obs = zeros(T, n_envs, n_agents, spec.obs_dim)  # last obs of an episode that ended at t
         self.final_values = zeros(T, n_envs, n_agents)  # their values, to bootstrap truncated episodes
-        self.agent_order = None  # with --shuffle-agents (T, n_envs, n_agents): each step's decoding order
 
-    def insert(self, t: int, actions: Tensor, logprobs: Tensor, step: StepResult):
+    def insert(self, t, actions: Tensor, logprobs: Tensor, step: StepResult):
         self.actions[t], self.logprobs[t], self.rewards[t] = actions, logprobs, step.rewards
         self.terminated[t], self.truncated[t] = step.terminated, step.truncated
         self.obs[t + 1], self.alive[t + 1], self.avail[t + 1] = step.obs, step.alive, step.avail
         self.final_obs[t] = step.final_obs
 
     @torch.no_grad()
-    def compute_values(self, agent: nn.Module, value_norm):
+    def compute_values(self, agent, value_norm):
         def value(obs):
             return value_norm.denormalize(agent.get_value(obs.flatten(0, 1)))
 
@@ -416,7 +377,7 @@ class RolloutBuffer:
         self.final_values[:] = value(self.final_obs).view_as(self.final_values)
 
 
-def compute_gae(buffer: RolloutBuffer, gamma: float, gae_lambda: float, team_reward: bool):
+def compute_gae(buffer, gamma, gae_lambda, team_reward):
     """Advantages and returns (T, n_envs, n_agents); a truncated episode bootstraps from its final value. With
     `team_reward` an agent's episode ends with the env's: one that died goes on earning the team's rewards."""
     rewards, values, terminated, truncated = buffer.rewards, buffer.values, buffer.terminated, buffer.truncated
@@ -436,14 +397,13 @@ def compute_gae(buffer: RolloutBuffer, gamma: float, gae_lambda: float, team_rew
 
 
 def masked_mean(x: Tensor, alive: Tensor) -> Tensor:
-    """Mean of x (..., n_agents) over the agents in their episode."""
     return (x * alive).sum() / alive.sum().clamp(min=1)
 
 
-# ---------------------------------------- PPO update -----------------------------------------------------------------
+# ---------------------------------------- PPO update
 
 
-def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip: float) -> tuple[Tensor, dict]:
+def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip) -> tuple[Tensor, dict]:
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
     surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip, 1 + clip) * advantages)
@@ -453,7 +413,7 @@ def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip: float) -> 
     return -masked_mean(surrogate, alive), stats
 
 
-def value_loss_fn(values, old_values, returns, alive, args: Args) -> Tensor:
+def value_loss_fn(values, old_values, returns, alive, args) -> Tensor:
     """Huber loss of normalized values, PPO-clipped; with the team's reward a dead agent's return still counts."""
     loss = F.huber_loss(values, returns, reduction="none", delta=args.huber_delta)
     if args.clipped_value_loss:
@@ -462,20 +422,17 @@ def value_loss_fn(values, old_values, returns, alive, args: Args) -> Tensor:
     return masked_mean(loss, alive | args.team_reward)
 
 
-def minibatch_indices(batch_size: int, num_mini_batch: int, device: torch.device) -> list:
+def minibatch_indices(batch_size, num_mini_batch, device):
     """Disjoint random minibatches of one epoch; one minibatch is the whole batch as a slice (no copy)."""
     if num_mini_batch == 1:
         return [slice(None)]
     return list(torch.randperm(batch_size, device=device).split(batch_size // num_mini_batch))
 
 
-def ppo_step(agent: MultiAgentTransformer, optimizer, batch: list, args: Args) -> dict:
+def ppo_step(agent, optimizer, batch, args):
     """One gradient step on one minibatch; its statistics stay tensors (nothing waits on the device)."""
-    order = batch[8] if len(batch) > 8 else None  # (B, n_agents) with --shuffle-agents: the order each acted in
-    if order is not None:  # each sample in the order its agents acted in; the one-hot ids go with them
-        batch = [in_agent_order(x, order) for x in batch[:8]]
-    obs, actions, alive, avail, old_logprobs, advantages, old_values, returns = batch[:8]
-    logprobs, entropy, values = agent.evaluate_actions(obs, actions, alive, avail, order)
+    obs, actions, alive, avail, old_logprobs, advantages, old_values, returns = batch
+    logprobs, entropy, values = agent.evaluate_actions(obs, actions, alive, avail)
     policy_loss, pg_stats = policy_loss_fn(logprobs, old_logprobs, advantages, alive, args.clip)
     entropy = masked_mean(entropy, alive)
     value_loss = value_loss_fn(values, old_values, returns, alive, args)
@@ -487,9 +444,7 @@ def ppo_step(agent: MultiAgentTransformer, optimizer, batch: list, args: Args) -
     return losses | pg_stats | {"grad_norm": grad_norm}
 
 
-def ppo_update(
-    agent: MultiAgentTransformer, optimizer, value_norm, buffer: RolloutBuffer, advantages, returns, args, step=ppo_step
-) -> dict:
+def ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args, step=ppo_step):
     """`ppo_epoch` passes of minibatches of agent sequences, each a `step` (`ppo_step`, or `GraphedStep` on a GPU)."""
     flat = lambda x: x.flatten(0, 1)  # (T, n_envs, n_agents, ...) -> (T * n_envs, n_agents, ...)  # noqa: E731
     old_values = value_norm.normalize(buffer.values[:-1])  # the critic's outputs when acting: the clip's centre
@@ -499,7 +454,7 @@ def ppo_update(
     advantages = (advantages - alive_advantages.mean()) / (alive_advantages.std() + 1e-5)
     data = [buffer.obs[:-1], buffer.actions, buffer.alive[:-1], buffer.avail[:-1], buffer.logprobs, advantages]
     data += [old_values, value_norm.normalize(returns)]
-    data = [flat(x) for x in data + ([] if buffer.agent_order is None else [buffer.agent_order])]
+    data = [flat(x) for x in data]
     stats = []
     for _ in range(args.ppo_epoch):
         for mb in minibatch_indices(data[0].shape[0], args.num_mini_batch, data[0].device):
@@ -507,15 +462,15 @@ def ppo_update(
     return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
 
 
-def build_agent(spec: EnvSpec, args: Args, device: torch.device):
+def build_agent(spec: EnvSpec, args, device):
     agent = MultiAgentTransformer(spec, args).to(device)
     value_norm = ValueNorm(args.use_valuenorm).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5, fused=True)
     return agent, value_norm, optimizer
 
 
-def main(args: Args) -> dict:
-    """Iterations of a rollout, its advantages and the PPO update; `TrainingRun` (below the banner) does the rest."""
+def main(args):
+    """Iterations of a rollout, its advantages and the PPO update; `TrainingRun` does the rest."""
     if args.eval_checkpoint is not None:
         run_evaluation_only(args)
         return {}
@@ -536,12 +491,9 @@ def main(args: Args) -> dict:
 
             # 1. Collect a rollout: T steps of every env with the current policy, from where the envs are
             buffer.obs[0], _, buffer.alive[0], buffer.avail[0] = envs.observe()
-            if args.shuffle_agents:  # each env step decodes its agents in a random order, kept for training
-                buffer.agent_order = torch.rand(T, n_envs, len(spec.agents), device=device).argsort(dim=-1)
             with torch.no_grad():
                 for t in range(T):
-                    order = None if buffer.agent_order is None else buffer.agent_order[t]
-                    actions, logprobs = agent.act(buffer.obs[t], buffer.alive[t], buffer.avail[t], agent_order=order)
+                    actions, logprobs = agent.act(buffer.obs[t], buffer.alive[t], buffer.avail[t])
                     buffer.insert(t, actions, logprobs, envs.step(actions))
                     progress.global_step += n_envs
 
@@ -560,8 +512,7 @@ def main(args: Args) -> dict:
 
 
 # ====================================================================================================
-# Below: what sets up, watches and ends a run. The flags, `TrainingRun` (resume, signals, evaluation, checkpoints,
-# logs), the envs (mpe2 batched in torch, any PettingZoo parallel env), the argument checks, test mode.
+# Below: what sets up, watches and ends a run: the flags, `TrainingRun`, the envs, the argument checks, test mode.
 # ====================================================================================================
 
 
@@ -614,6 +565,11 @@ class Args(Hyperparameters):
     log_interval: int = 20_000
     """environment steps between progress lines"""
 
+    @property
+    def batch(self):
+        """Env steps of a rollout."""
+        return self.episode_length * self.n_rollout_threads
+
 
 def parse_args(argv=None):
     """The command line over the preset of its --preset, --env-id and --continuous-actions (read in a first pass)."""
@@ -649,10 +605,8 @@ class TrainingRun(contextlib.AbstractContextManager):
         if args.resume and os.path.isdir(args.resume):  # a run folder: its checkpoint
             args = dataclasses.replace(args, resume=os.path.join(args.resume, "checkpoint.pt"))
         self.checkpoint = checkpoint = load_checkpoint(args.resume, device) if args.resume else None
-        if not spec.state_dim and hasattr(args, "state_type"):  # no state: the critic is local, in earlier runs too
+        if not spec.state_dim and hasattr(args, "state_type"):  # no state: the critic is local
             args = dataclasses.replace(args, state_type="local")
-            if checkpoint:
-                checkpoint["args"]["state_type"] = "local"
         if not args.gamma and checkpoint:  # a resumed run keeps the discount it began with
             args = dataclasses.replace(args, gamma=checkpoint["args"]["gamma"])
         elif not args.gamma:  # a horizon 1 / (1 - gamma) of a quarter of the env's time limit
@@ -662,7 +616,7 @@ class TrainingRun(contextlib.AbstractContextManager):
             print(f"--eval-max-steps: evaluation episodes end after {args.eval_max_steps:,} steps if not before")
         if checkpoint is not None:
             check_resume(args, checkpoint)
-        self.args, n_envs, self.batch = args, args.n_rollout_threads, args.episode_length * args.n_rollout_threads
+        self.args, n_envs, self.batch = args, args.n_rollout_threads, args.batch
         self.num_iterations = args.total_timesteps // self.batch
         if args.env_id in MPE_SCENARIOS:
             self.envs: VecEnv = BatchedMPE(spec, n_envs, args.seed, device)
@@ -823,6 +777,7 @@ class EnvSpec(NamedTuple):
     entities: tuple  # groups of interchangeable entities in the observation (`sort_entities`; spread only)
     env_id: str
     scenario: dict
+    obs_spaces: list  # each agent's observation space, without its action mask
 
 
 def scenario_kwargs(args):
@@ -897,9 +852,33 @@ def get_env_spec(env_id, scenario):
     if env_id == "simple_spread_v3":  # [vel, pos, N landmarks, N - 1 other agents, their messages], 2 numbers each
         n, others = len(agents), 4 + 2 * len(agents)
         entities = ((n, (4,)), (n - 1, (others, others + 2 * (n - 1))))
-    spec = EnvSpec(agents, max(sizes), len(avail[0]), 0, avail, continuous, masks, False, 0, entities, env_id, scenario)
+    spec = EnvSpec(
+        agents, max(sizes), len(avail[0]), 0, avail, continuous, masks, False, 0, entities, env_id, scenario, obs_spaces
+    )
     state_space = getattr(env, "state_space", None)
     return probe_env(spec, env, first, state_space if box(state_space) else None)
+
+
+def sort_entities(x: Tensor, entities) -> Tensor:
+    """x (..., F) with each group's 2-number blocks nearest first: a group (count, starts) is `count` blocks from each
+    start, ordered by the first run (positions)."""
+    if not entities:
+        return x
+    x = x.clone()
+    for count, starts in entities:
+        runs = [x[..., s : s + 2 * count].unflatten(-1, (count, 2)) for s in starts]  # each (..., count, 2)
+        order = runs[0].norm(dim=-1).argsort(dim=-1, stable=True)[..., None].expand_as(runs[0])
+        for s, run in zip(starts, [run.gather(-2, order).flatten(-2) for run in runs]):
+            x[..., s : s + 2 * count] = run
+    return x
+
+
+def nearest_columns(spec: EnvSpec, k) -> Tensor:
+    """(6k,) columns of a sorted spread observation: velocity, position, the nearest k landmarks and k - 1 agents."""
+    columns = list(range(4))
+    for (count, starts), keep in zip(spec.entities, (k, k - 1)):
+        columns += [s + c if c < 2 * count else spec.obs_dim for s in starts for c in range(2 * keep)]
+    return torch.tensor(columns)
 
 
 TIME_LIMITS = ("max_cycles", "max_steps", "max_episode_steps", "episode_limit", "time_limit", "limit")
@@ -1193,9 +1172,7 @@ class PettingZooEnv(gymnasium.Env):
         self.env, self.env_id, self.env_spec = make_env(spec.env_id, spec.scenario, render_mode), spec.env_id, spec
         n_agents, self.frames, self.recording, self.render_mode = len(spec.agents), [], False, render_mode
         self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (n_agents, spec.obs_dim), np.float32)
-        spaces = [self.env.observation_space(agent) for agent in spec.agents]
-        self.obs_spaces = [s["observation"] for s in spaces] if spec.action_masks == "observation" else spaces
-        self.obs_sizes = [gymnasium.spaces.flatdim(s) for s in self.obs_spaces]
+        self.obs_sizes = [gymnasium.spaces.flatdim(s) for s in spec.obs_spaces]
         self.action_space = gymnasium.spaces.MultiDiscrete([spec.action_dim] * n_agents)
         if spec.continuous:  # the policy acts in the unit box, mapped to each agent's bounds by `env_action`
             self.action_space = gymnasium.spaces.Box(0.0, 1.0, (n_agents, spec.action_dim), np.float32)
@@ -1211,7 +1188,7 @@ class PettingZooEnv(gymnasium.Env):
         obs = np.zeros(self.observation_space.shape, dtype=np.float32)
         if self.env_spec.action_masks == "observation":
             observations = {agent: own["observation"] for agent, own in observations.items()}
-        for i, (agent, space, size) in enumerate(zip(self.env_spec.agents, self.obs_spaces, self.obs_sizes)):
+        for i, (agent, space, size) in enumerate(zip(self.env_spec.agents, self.env_spec.obs_spaces, self.obs_sizes)):
             if agent in observations:  # flattened as gymnasium does (a Discrete observation one-hot), where it fits
                 own = observations[agent]
                 if isinstance(space, gymnasium.spaces.Box):  # as gymnasium's flatten, without its dispatch: 5x faster
@@ -1336,7 +1313,6 @@ def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args, writer, step, 
 
 
 def save_checkpoint(path, agent, value_norm, optimizer, args, global_step, **training):
-    """The model, and `training_state` for a training checkpoint."""
     model = dict(agent=agent.state_dict(), value_norm=value_norm.state_dict(), optimizer=optimizer.state_dict())
     checkpoint = dict(script=os.path.basename(__file__), args=dataclasses.asdict(args), global_step=global_step)
     torch.save(checkpoint | model | training, data := io.BytesIO())  # in memory: a full disk is an OSError, below
@@ -1406,7 +1382,6 @@ RUN_CONTROL_ARGS = frozenset(
 
 
 def check_resume(args, checkpoint):
-    """Refuses in one line a checkpoint that cannot go on under `args`."""
     if "progress" not in checkpoint:
         raise SystemExit(f"error: {args.resume} holds a model only; --resume takes the checkpoint.pt of a run folder")
     if "env" not in checkpoint or "next_step" in checkpoint["progress"]:  # worker processes, or a saved schedule
@@ -1420,7 +1395,7 @@ def check_resume(args, checkpoint):
     ]
     if differing:
         raise SystemExit(f"error: {args.resume} was trained with other settings: {', '.join(differing)}")
-    batch, progress = args.episode_length * args.n_rollout_threads, checkpoint["progress"]
+    batch, progress = args.batch, checkpoint["progress"]
     final_owed = progress["eval_step"] < progress["global_step"] == args.total_timesteps // batch * batch
     if checkpoint["global_step"] + batch > args.total_timesteps and not final_owed:
         raise SystemExit(
@@ -1431,8 +1406,6 @@ def check_resume(args, checkpoint):
 
 @dataclass
 class Progress:
-    """Where a training run is (kept in its checkpoints)."""
-
     iteration: int
     global_step: int
     best_eval: float = -np.inf
@@ -1473,7 +1446,6 @@ def first_line(error):
 
 
 def check_args(args):
-    """Refuses settings that cannot work, in one line, before the run starts."""
     counts = "n_rollout_threads n_agents max_cycles episode_length num_mini_batch hidden_size n_block"
     counts += " n_embd n_head n_eval_episodes eval_max_steps log_interval"
     chosen = "n_training_threads eval_interval checkpoint_interval ppo_epoch"  # 0: the script chooses
@@ -1487,7 +1459,7 @@ def check_args(args):
         for name in names.split():
             if hasattr(args, name) and not ok(getattr(args, name)):
                 raise SystemExit(f"error: --{name.replace('_', '-')} must be {what}, not {getattr(args, name)}")
-    batch, problems = args.episode_length * args.n_rollout_threads, []
+    batch, problems = args.batch, []
     if args.resume is not None and args.eval_checkpoint is not None:
         problems.append("--resume and --eval-checkpoint exclude each other: one trains on, the other only evaluates")
     if args.track and os.environ.get("WANDB_MODE") not in ("offline", "dryrun", "disabled"):  # a key, no network
@@ -1526,7 +1498,7 @@ def memory_estimate(spec, args):
     per_agent_step += 2 * ids  # the encoder's input and its LayerNorm's output
     with torch.device("meta"):  # the model's size without its memory: weights, gradients, Adam's two moments
         weights = 16 * sum(p.numel() for p in build_agent(spec, args, torch.device("meta"))[0].parameters())
-    return int(4 * args.episode_length * args.n_rollout_threads * n_agents * per_agent_step + weights)
+    return int(4 * args.batch * n_agents * per_agent_step + weights)
 
 
 def check_memory(spec, args, device):

@@ -360,7 +360,7 @@ def assert_the_encoder_takes_any_team_size(m, spec):
     model = m.MultiAgentTransformer(spec, m.Args(n_agents=n_agents, nearest_k=3))
     assert model.obs_encoder[1].in_features == 18
     obs = torch.randn(4, n_agents, spec.obs_dim)
-    x = model.agent_inputs(obs, None)
+    x = model.agent_inputs(obs)
     padded = torch.nn.functional.pad(m.sort_entities(obs, spec.entities), (0, 1))
     torch.testing.assert_close(x, padded[..., NEAREST_3_COLUMNS[n_agents]], rtol=0, atol=0)
 

@@ -27,8 +27,6 @@ def update_three_times(m, args, graphed: bool) -> tuple:
         getattr(buffer, name, torch.empty(0)).normal_()
     buffer.actions.random_(0, spec.action_dim)
     buffer.alive[:, :, 0] = torch.rand(26, 8, device=device) < 0.8  # deaths: masked means see them
-    if getattr(args, "shuffle_agents", False):
-        buffer.agent_order = torch.rand(25, 8, len(spec.agents), device=device).argsort(dim=-1)
     advantages, returns = torch.randn(2, 25, 8, len(spec.agents), device=device)
     step = m.GraphedStep(m.ppo_step) if graphed else m.ppo_step
     stats = []
@@ -44,8 +42,7 @@ def update_three_times(m, args, graphed: bool) -> tuple:
 def test_the_update_as_cuda_graphs_is_the_eager_update(script, num_mini_batch):
     """ppo_epoch 4: three eager steps, the capture, then replays only (24 steps with two minibatches of 100)."""
     m = importlib.import_module(script)
-    extra = {"shuffle_agents": True} if script.startswith("mat") else {}
-    args = m.Args(ppo_epoch=4, num_mini_batch=num_mini_batch, **extra)
+    args = m.Args(ppo_epoch=4, num_mini_batch=num_mini_batch)
     eager, graphed = (update_three_times(m, args, g) for g in (False, True))
     close = dict(rtol=1e-5, atol=1e-6)
     for a, b in zip(eager[0], graphed[0]):

@@ -188,8 +188,8 @@ def test_the_official_preset_runs_mats_10_passes_whatever_the_discount(script):
 @pytest.mark.parametrize("script", ["mappo_mpe", "mappo_mpe_rnn"])
 def test_without_a_state_the_run_records_the_local_critic_it_trains(script, tmp_path, monkeypatch):
     """Three 1,500-number observations joined exceed the 4,096 inputs: no state, so the critic is local whatever
-    --state-type says; the checkpoint says so, and a resume with --state-type local goes on, also from a checkpoint
-    that says EP, as the scripts wrote before."""
+    --state-type says; the checkpoint says so, and a resume with --state-type local goes on. A checkpoint that says EP
+    (as the scripts wrote before issue 108) is refused in one line, as any other mismatch."""
     monkeypatch.chdir(tmp_path)
     module = importlib.import_module(script)
     flags = [*TINY, "--env-id", "tests.random_env", "--env-kwargs", "obs", "long", "n_agents", "3"]
@@ -197,8 +197,12 @@ def test_without_a_state_the_run_records_the_local_critic_it_trains(script, tmp_
     (run_dir,) = (tmp_path / "runs").iterdir()
     saved = torch.load(run_dir / "checkpoint.pt", weights_only=False)
     assert saved["args"]["state_type"] == "local"
-    torch.save({**saved, "args": {**saved["args"], "state_type": "EP"}}, run_dir / "checkpoint.pt")
     resumed = [*flags, "--state-type", "local", "--total-timesteps", "400", "--resume", str(run_dir / "checkpoint.pt")]
+    torch.save({**saved, "args": {**saved["args"], "state_type": "EP"}}, run_dir / "old.pt")
+    with pytest.raises(
+        SystemExit, match=r"^error: \S+old.pt was trained with other settings: --state-type \('EP' there"
+    ):
+        module.main(module.parse_args([*resumed[:-1], str(run_dir / "old.pt")]))
     assert module.main(module.parse_args(resumed))["global_step"] == 400
 
 

@@ -1272,13 +1272,13 @@ def test_stack_flattens_each_observation_as_gymnasium_does(obs, masks):
     Dict observation with an action mask; an absent agent's row is zeros."""
     kind = "box" if obs in ("int64", "uint8") else obs
     spec = m.get_env_spec("tests.random_env", {"n_agents": 3, "obs": kind, "masks": masks})
-    env = m.PettingZooEnv(spec)
     if kind != obs:  # a Box of integers of the same size, given floats
-        env.obs_spaces = [gymnasium.spaces.Box(0, 5, (3,), np.dtype(obs), seed=0)] * 3
-    flats = {a: space.sample() * (1.7 if kind != obs else 1) for a, space in zip(spec.agents, env.obs_spaces)}
+        spec = spec._replace(obs_spaces=[gymnasium.spaces.Box(0, 5, (3,), np.dtype(obs), seed=0)] * 3)
+    env = m.PettingZooEnv(spec)
+    flats = {a: space.sample() * (1.7 if kind != obs else 1) for a, space in zip(spec.agents, spec.obs_spaces)}
     del flats["agent_1"]
     expected = np.zeros((3, spec.obs_dim), np.float32)
-    for i, (agent, space) in enumerate(zip(spec.agents, env.obs_spaces)):
+    for i, (agent, space) in enumerate(zip(spec.agents, spec.obs_spaces)):
         flat = gymnasium.spaces.flatten(space, flats[agent]) if agent in flats else []
         expected[i, : len(flat)] = flat
     observations = {a: {"observation": x, "action_mask": np.ones(2)} if masks else x for a, x in flats.items()}

@@ -98,7 +98,7 @@ def test_sampled_logprobs_and_entropies_match_teacher_forcing(n_block, n_head, c
     model, spec = random_model(n_block=n_block, n_head=n_head, continuous_actions=continuous)
     obs = torch.randn(256, 3, 18)
     with torch.no_grad():
-        x, avail = model.agent_inputs(obs, None), all_actions(spec, obs)
+        x, avail = model.agent_inputs(obs), all_actions(spec, obs)
         obs_rep = model.encode(x)[0]
         torch.manual_seed(0)
         actions, logprobs = model.decode_autoregressive(obs_rep, avail, all_alive(obs), deterministic=False)
@@ -120,7 +120,7 @@ def test_changing_an_action_changes_no_logits_of_earlier_agents(j):
     changed = actions.clone()
     changed[:, j] = (changed[:, j] + 1) % 5
     with torch.no_grad():
-        obs_rep, _ = model.encode(model.agent_inputs(obs, None))
+        obs_rep, _ = model.encode(model.agent_inputs(obs))
         before = model.decode(model.shift_actions(actions, all_alive(actions)), obs_rep)
         after = model.decode(model.shift_actions(changed, all_alive(changed)), obs_rep)
     torch.testing.assert_close(after[:, : j + 1], before[:, : j + 1], atol=0, rtol=0)
@@ -138,7 +138,7 @@ def test_an_agent_who_died_is_a_zero_token_to_the_next_agents(continuous):
         actions, logprobs = model.act(obs, alive, all_actions(spec, obs))
         changed = actions.clone()
         changed[:, [1, 3]] = torch.rand_like(changed[:, [1, 3]].float()).to(changed.dtype) + 1
-        obs_rep, _ = model.encode(model.agent_inputs(obs, None))
+        obs_rep, _ = model.encode(model.agent_inputs(obs))
         before = model.decode(model.shift_actions(actions, alive), obs_rep)
         after = model.decode(model.shift_actions(changed, alive), obs_rep)
         tf_logprobs, _, _ = model.evaluate_actions(obs, actions, alive, all_actions(spec, obs))
@@ -157,7 +157,7 @@ def test_cached_decoding_equals_full_re_decode(n_agents, n_block, n_head, contin
     model, spec = random_model(n_agents=n_agents, n_block=n_block, n_head=n_head, continuous_actions=continuous)
     obs = torch.randn(128, n_agents, spec.obs_dim)
     with torch.no_grad():  # each agent's turn under its own mask
-        x, avail = model.agent_inputs(obs, None), random_masks(spec, obs)
+        x, avail = model.agent_inputs(obs), random_masks(spec, obs)
         obs_rep = model.encode(x)[0]
         results = []
         for decode in (
@@ -202,7 +202,7 @@ def test_masked_actions_are_never_sampled_and_deterministic_is_argmax():
         model.action_head[-1].bias.copy_(torch.tensor([0.0, 0.0, 0.0, 50.0, 50.0]))
         obs = torch.randn(4096, 2, 11)
         actions, logprobs = model.act(obs, all_alive(obs), all_actions(spec, obs))
-        x, avail = model.agent_inputs(obs, None), all_actions(spec, obs)
+        x, avail = model.agent_inputs(obs), all_actions(spec, obs)
         obs_rep = model.encode(x)[0]
         greedy, _ = model.decode_autoregressive(obs_rep, avail, all_alive(obs), deterministic=True)
         logits = model.decode(model.shift_actions(greedy, all_alive(obs)), obs_rep)  # each agent's, after the others'
@@ -248,38 +248,6 @@ def test_model_shapes(env_id):
     torch.testing.assert_close(model.get_value(obs), values)
 
 
-def test_encoder_follows_a_shuffled_agent_order():
-    """The encoder has no positions: the one-hot ids carry identity, so permuting agents permutes values."""
-    model, spec = random_model()
-    obs = torch.randn(32, 3, 18)
-    order = torch.rand(32, 3).argsort(dim=1)
-    rows = torch.arange(32).unsqueeze(1)
-    with torch.no_grad():
-        _, _, values = model.evaluate_actions(
-            obs, torch.zeros(32, 3, dtype=torch.long), all_alive(obs), all_actions(spec, obs)
-        )
-        _, _, shuffled_values = model.evaluate_actions(
-            obs[rows, order],
-            torch.zeros(32, 3, dtype=torch.long),
-            all_alive(obs[rows, order]),
-            all_actions(spec, obs),
-            order,
-        )
-        identity = model.evaluate_actions(
-            obs,
-            torch.ones(32, 3, dtype=torch.long),
-            all_alive(obs),
-            all_actions(spec, obs),
-            torch.arange(3).expand(32, 3),
-        )
-        default = model.evaluate_actions(
-            obs, torch.ones(32, 3, dtype=torch.long), all_alive(obs), all_actions(spec, obs)
-        )
-    torch.testing.assert_close(shuffled_values, values[rows, order], atol=1e-5, rtol=1e-5)
-    for a, b in zip(identity, default):
-        torch.testing.assert_close(a, b, atol=0, rtol=0)
-
-
 # ----------------------------------------------------------------------------------------------------
 # Environments, GAE, ValueNorm and the PPO update
 # ----------------------------------------------------------------------------------------------------
@@ -315,27 +283,21 @@ def test_gae_known_answers_with_termination_and_truncation():
     torch.testing.assert_close(returns, expected + rollout.values[:-1], atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("shuffle_agents,continuous", [(False, False), (True, False), (False, True), (True, True)])
-def test_first_ppo_epoch_starts_on_policy(shuffle_agents, continuous):
+@pytest.mark.parametrize("continuous", [False, True])
+def test_first_ppo_epoch_starts_on_policy(continuous):
     """Before any update the new policy is the old one: ratio 1, clipfrac 0; the values are the old ones, the centre
-    of the value clip. With --shuffle-agents each step decodes in an order of its own, which the update teacher-forces
-    in (each agent's outputs depend strongly on the agents before it in the randomized model)."""
+    of the value clip (each agent's outputs depend strongly on the agents before it in the randomized model)."""
     torch.manual_seed(0)
     spec = env_spec(continuous_actions=continuous)
-    args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0, shuffle_agents=shuffle_agents, continuous_actions=continuous)
+    args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0, continuous_actions=continuous)
     agent, value_norm, optimizer = m.build_agent(spec, args, torch.device("cpu"))
     randomize(agent)
     buffer = m.RolloutBuffer(5, 2, spec, torch.device("cpu"))
     buffer.obs.normal_()
     buffer.avail[:] = random_masks(spec, buffer.obs)  # the update scores each action under the mask it had
-    if shuffle_agents:  # as main draws them
-        buffer.agent_order = torch.rand(5, 2, 3).argsort(dim=-1)
     with torch.no_grad():
         for t in range(5):
-            order = None if buffer.agent_order is None else buffer.agent_order[t]
-            buffer.actions[t], buffer.logprobs[t] = agent.act(
-                buffer.obs[t], buffer.alive[t], buffer.avail[t], agent_order=order
-            )
+            buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t], buffer.alive[t], buffer.avail[t])
     if not continuous:
         assert_no_unavailable_action(buffer)
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(5, 2, 3), torch.randn(5, 2, 3), args)
@@ -405,8 +367,6 @@ def test_impossible_settings_are_rejected(overrides, message):
 )
 def test_script_end_to_end(tmp_path, run_script, env_id, continuous):
     flags = ["--env-id", env_id, *TINY] + (["--continuous-actions"] if continuous else [])
-    if env_id == "simple_speaker_listener_v4":
-        flags += ["--shuffle-agents"]
     result = run_script(tmp_path, *flags)
     assert "step       200/200" in result.stdout
     runs = os.listdir(tmp_path / "runs")

@@ -66,20 +66,14 @@ def random_model(env_id="simple_spread_v3", n_agents=3, seed=0, **args) -> tuple
 
 
 @torch.no_grad()
-def random_rollout(agent, spec, T: int, n_envs: int, shuffle_agents: bool = False) -> m.RolloutBuffer:
-    """A buffer of random observations and states, with the actions the agent takes on them (decoded in random orders,
-    as main draws them, with `shuffle_agents`)."""
+def random_rollout(agent, spec, T: int, n_envs: int) -> m.RolloutBuffer:
+    """A buffer of random observations and states, with the actions the agent takes on them."""
     buffer = m.RolloutBuffer(T, n_envs, spec, CPU)
     buffer.obs.normal_()
     buffer.state.normal_()
     buffer.avail[:] = random_masks(spec, buffer.obs)  # the update scores each action under the mask it had
-    if shuffle_agents:
-        buffer.agent_order = torch.rand(T, n_envs, len(spec.agents)).argsort(dim=-1)
     for t in range(T):
-        order = None if buffer.agent_order is None else buffer.agent_order[t]
-        buffer.actions[t], buffer.logprobs[t] = agent.act(
-            buffer.obs[t], buffer.alive[t], buffer.avail[t], agent_order=order
-        )
+        buffer.actions[t], buffer.logprobs[t] = agent.act(buffer.obs[t], buffer.alive[t], buffer.avail[t])
     return buffer
 
 
@@ -113,7 +107,7 @@ def test_once_per_env_equals_per_agent_on_replicated_states(n_agents):
     obs, state = torch.randn(64, n_agents, spec.obs_dim).double(), torch.randn(64, spec.state_dim).double()
     values = model.get_value(obs, state)
     assert not torch.allclose(values, model.get_value(torch.randn_like(obs), state))  # the observations are read
-    obs_rep = model.encode(model.agent_inputs(obs, None))  # (B, n_agents, n_embd)
+    obs_rep = model.encode(model.agent_inputs(obs))  # (B, n_agents, n_embd)
     joined = torch.cat([state, obs_rep.flatten(1)], dim=-1)
     replicated = joined.unsqueeze(1).expand(-1, n_agents, -1)  # (B, n_agents, F), as the official accessor
     per_agent = model.critic(replicated).diagonal(dim1=1, dim2=2)  # agent i reads head i of its own row
@@ -161,20 +155,16 @@ def test_critic_and_transformer_are_clipped_separately_and_share_no_parameters()
     assert stats["critic_grad_norm"] > 1e-3 and stats["actor_grad_norm"] > 1e-3  # both were clipped, each alone
 
 
-@pytest.mark.parametrize("shuffle_agents", [False, True])
-def test_the_value_loss_trains_the_encoder_on_representations_in_the_agents_own_order(shuffle_agents):
-    """The update's values (the encoder's representations of the decoding order, put back in the agents' own order)
-    equal get_value's; the value loss alone moves the encoder, and never the decoder."""
+def test_the_value_loss_trains_the_encoder_on_its_representations():
+    """The update's values (from the encoder's representations of its teacher-forced pass) equal get_value's; the
+    value loss alone moves the encoder, and never the decoder."""
     torch.manual_seed(0)
     spec = env_spec()
     agent = m.build_agent(spec, m.Args(), CPU)[0]
-    buffer = random_rollout(agent, spec, 4, 2, shuffle_agents)
+    buffer = random_rollout(agent, spec, 4, 2)
     obs, state = buffer.obs[:-1].flatten(0, 1), buffer.state[:-1].flatten(0, 1)
-    order = None if buffer.agent_order is None else buffer.agent_order.flatten(0, 1)
-    in_order = (lambda x: x) if order is None else (lambda x: m.in_agent_order(x, order))  # noqa: E731
-    actions, alive, avail = (in_order(x.flatten(0, 1)) for x in (buffer.actions, buffer.alive[:-1], buffer.avail[:-1]))
-    obs_rep = agent.evaluate_actions(in_order(obs), actions, alive, avail, order)[2]
-    obs_rep = obs_rep if order is None else m.in_agent_order(obs_rep, order.argsort(dim=1))
+    actions, alive, avail = (x.flatten(0, 1) for x in (buffer.actions, buffer.alive[:-1], buffer.avail[:-1]))
+    obs_rep = agent.evaluate_actions(obs, actions, alive, avail)[2]
     values = agent.critic_value(obs_rep, state)
     torch.testing.assert_close(values, agent.get_value(obs, state), atol=1e-5, rtol=0)
     values.sum().backward()
@@ -187,7 +177,7 @@ def test_without_a_state_the_critic_reads_each_agents_representation():
     spec = env_spec()._replace(has_state=False, state_dim=0)
     model = m.MultiAgentTransformer(spec, m.Args())
     obs = torch.randn(5, 3, spec.obs_dim)
-    obs_rep = model.encode(model.agent_inputs(obs, None))
+    obs_rep = model.encode(model.agent_inputs(obs))
     values = model.get_value(obs, torch.zeros(5, 0))
     torch.testing.assert_close(values, model.critic(obs_rep)[..., 0], atol=0, rtol=0)
     assert values.shape == (5, 3) and model.critic[0][0].normalized_shape == (m.Args().n_embd,)
@@ -220,7 +210,7 @@ def test_autoregressive_logprobs_equal_teacher_forced_ones(n_block, n_head, cont
     model, spec = random_model(n_block=n_block, n_head=n_head, continuous_actions=continuous)
     obs = torch.randn(256, 3, 18)
     with torch.no_grad():
-        x, avail = model.agent_inputs(obs, None), all_actions(spec, obs)
+        x, avail = model.agent_inputs(obs), all_actions(spec, obs)
         obs_rep = model.encode(x)
         torch.manual_seed(0)
         actions, logprobs = model.decode_autoregressive(obs_rep, avail, all_alive(obs), deterministic=False)
@@ -239,7 +229,7 @@ def test_cached_decoding_equals_full_re_decode(n_agents, continuous):
     model, spec = random_model(n_agents=n_agents, n_block=2, n_head=2, continuous_actions=continuous)
     obs = torch.randn(128, n_agents, spec.obs_dim)
     with torch.no_grad():  # each agent's turn under its own mask
-        x, avail = model.agent_inputs(obs, None), random_masks(spec, obs)
+        x, avail = model.agent_inputs(obs), random_masks(spec, obs)
         obs_rep = model.encode(x)
         results = []
         for decode in (
@@ -265,20 +255,20 @@ def test_model_shapes(env_id):
     assert logprob.shape == entropy.shape == model.get_value(obs, state).shape == (7, n_agents)
 
 
-@pytest.mark.parametrize("continuous,shuffle_agents", [(False, False), (True, False), (False, True)])
-def test_first_ppo_epoch_starts_on_policy(continuous, shuffle_agents):
-    """At lr 0 the update's teacher-forced pass gives every stored action the log-prob it was drawn with (ratio 1),
-    also in the orders --shuffle-agents decoded in; the critic's values are the old ones, the value clip's centre.
+@pytest.mark.parametrize("continuous", [False, True])
+def test_first_ppo_epoch_starts_on_policy(continuous):
+    """At lr 0 the update's teacher-forced pass gives every stored action the log-prob it was drawn with (ratio 1);
+    the critic's values are the old ones, the value clip's centre.
     The weights are drawn large, so that each agent's outputs depend strongly on the tokens of the agents before it:
     an untrained model hardly reacts to them, and would pass with the tokens shifted wrongly."""
     torch.manual_seed(0)
     spec = env_spec(continuous_actions=continuous)
-    args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0, continuous_actions=continuous, shuffle_agents=shuffle_agents)
+    args = m.Args(ppo_epoch=1, num_mini_batch=1, lr=0.0, continuous_actions=continuous)
     agent, value_norm, optimizer = m.build_agent(spec, args, CPU)
     with torch.no_grad():
         for weight in agent.parameters():
             weight.normal_(0.0, 0.5)
-    buffer = random_rollout(agent, spec, 5, 2, shuffle_agents)
+    buffer = random_rollout(agent, spec, 5, 2)
     if not continuous:
         assert_no_unavailable_action(buffer)
     stats = m.ppo_update(agent, optimizer, value_norm, buffer, torch.randn(5, 2, 3), torch.randn(5, 2, 3), args)
@@ -299,7 +289,7 @@ def test_first_ppo_epoch_starts_on_policy(continuous, shuffle_agents):
 def test_script_end_to_end(tmp_path, run_script, env_id, continuous):
     flags = ["--env-id", env_id, *TINY] + (["--continuous-actions"] if continuous else [])
     if env_id == "simple_speaker_listener_v4":
-        flags += ["--shuffle-agents", "--no-team-reward"]
+        flags += ["--no-team-reward"]
     result = run_script(tmp_path, *flags)
     assert "step       200/200" in result.stdout
     runs = os.listdir(tmp_path / "runs")

@@ -433,8 +433,8 @@ def test_the_wrapper_of_envs_md_trains_on_level_based_foraging(tmp_path):
 ALGORITHM_LOSSES = ["ValueNorm", "RolloutBuffer", "compute_gae", "masked_mean", "policy_loss_fn", "value_loss_fn"]
 ALGORITHM_END = ALGORITHM_LOSSES + ["minibatch_indices", "ppo_step", "ppo_update", "build_agent", "main"]
 SETTINGS = ["Hyperparameters", "MPE_SCENARIOS", "PRESETS", "CONTINUOUS_PRESETS", "layer_init"]
-POLICIES = ["Gaussian", "action_distribution", "sort_entities", "nearest_columns"]
-TRANSFORMER = ["feed_forward", "head", "Attention", "EncodeBlock", "DecodeBlock", *POLICIES, "in_agent_order"]
+POLICIES = ["Gaussian", "action_distribution"]
+TRANSFORMER = ["feed_forward", "head", "Attention", "EncodeBlock", "DecodeBlock", *POLICIES]
 ABOVE_THE_BANNER = {  # in order: the settings, the networks, value normalization, buffer and GAE, the update, main
     "mappo_mpe": [*SETTINGS, "mlp", "mlp_net", *POLICIES, "Agent", *ALGORITHM_END],
     "mappo_mpe_rnn": [*SETTINGS, "mlp", "gru_over_sequence", "RecurrentNet", *POLICIES, "Agent", *ALGORITHM_END],
