@@ -109,8 +109,7 @@ class Hyperparameters:
 
 
 MPE_SCENARIOS = ("simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4")
-# Per scenario, under the flags given: the official scripts' settings (32 rollout threads for 128) or the best
-# measured on mpe2 (docs/tuning.md); CONTINUOUS_PRESETS too with --continuous-actions.
+# Per scenario, under the flags given: the official scripts' (32 envs for 128) or the best on mpe2 (docs/tuning.md)
 PRESETS = {
     "official": {
         "simple_spread_v3": {"gamma": 0.99},
@@ -182,8 +181,7 @@ class RecurrentNet(nn.Module):
 
 
 class Gaussian(Normal):
-    """Diagonal Gaussian of mean 0.5 + `out`, clipped into [0, 1] (censored: an action on a face scores the mass beyond
-    it); action dims an agent lacks (`dims` False) count nothing."""
+    """Diagonal Gaussian of mean 0.5 + `out`, clipped (censored) into [0, 1]; dims an agent lacks (`dims`) count 0."""
 
     def __init__(self, out: Tensor, std_logit: Tensor, dims: Tensor):
         super().__init__(out + 0.5, torch.sigmoid(std_logit).expand_as(out), validate_args=False)
@@ -329,8 +327,7 @@ class ValueNorm(nn.Module):
 
 
 class RolloutBuffer:
-    """One rollout of T steps; index t holds the input at step t and what followed from acting on it; `hidden`: the
-    hidden states before step 0, from which training replays it."""
+    """One rollout of T steps (index t: the input at t, what acting on it gave) and the hidden states before step 0."""
 
     def __init__(self, T, n_envs, spec: EnvSpec, device, hidden: tuple[Tensor, ...]):
         n_agents = len(spec.agents)
@@ -380,8 +377,7 @@ class RolloutBuffer:
 
 
 def compute_gae(buffer, gamma, gae_lambda, team_reward):
-    """Advantages and returns (T, n_envs, n_agents); a truncated episode bootstraps from its final value. With
-    `team_reward` an agent's episode ends with the env's: one that died goes on earning the team's rewards."""
+    """Advantages and returns (T, n_envs, n_agents), truncations bootstrapped; `team_reward`: a dead agent's goes on."""
     rewards, values, terminated, truncated = buffer.rewards, buffer.values, buffer.terminated, buffer.truncated
     if team_reward:
         rewards = rewards.mean(dim=-1, keepdim=True).expand_as(rewards)
@@ -571,8 +567,7 @@ class Args(Hyperparameters):
     """environment steps between progress lines"""
 
     @property
-    def batch(self):
-        """Env steps of a rollout."""
+    def batch(self):  # env steps of a rollout
         return self.episode_length * self.n_rollout_threads
 
 
@@ -619,8 +614,8 @@ class TrainingRun(contextlib.AbstractContextManager):
             print(f"--eval-max-steps: evaluation episodes end after {args.eval_max_steps:,} steps if not before")
         if checkpoint is not None:
             check_resume(args, checkpoint)
-        self.args, n_envs, self.batch = args, args.n_rollout_threads, args.batch
-        self.num_iterations = args.total_timesteps // self.batch
+        self.args, n_envs = args, args.n_rollout_threads
+        self.num_iterations = args.total_timesteps // args.batch
         if args.env_id in MPE_SCENARIOS:
             self.envs: VecEnv = BatchedMPE(spec, n_envs, args.seed, device)
         else:
@@ -659,7 +654,7 @@ class TrainingRun(contextlib.AbstractContextManager):
 
     def end_iteration(self, iteration, losses, returns: Tensor, update_start):
         """After an update: its log, and when due an evaluation, a progress line, a checkpoint; True: a stop."""
-        args, progress, buffer, batch = self.args, self.progress, self.buffer, self.batch
+        args, progress, buffer, batch = self.args, self.progress, self.buffer, self.args.batch
         seconds = {"rollout": update_start - self.rollout_start, "update": time.time() - update_start}
         values, returns = buffer.values[:-1][buffer.alive[:-1]], returns[buffer.alive[:-1]]
         var = returns.var()
@@ -711,9 +706,9 @@ class TrainingRun(contextlib.AbstractContextManager):
     def __exit__(self, kind, error, trace):
         """`end`; a full disk: one error line, the checkpoint kept. A finished run ends as one, signals only noted."""
         progress, checkpoint = self.progress, f"{self.run_dir}/checkpoint.pt"
-        finished = progress.eval_step == progress.global_step == self.num_iterations * self.batch
+        finished = progress.eval_step == progress.global_step == self.num_iterations * self.args.batch
+        noted = lambda signum, frame: setattr(self, "signal", self.signal or signum)  # noqa: E731
         for s, handler in self.handlers.items():
-            noted = lambda signum, frame: setattr(self, "signal", self.signal or signum)  # noqa: E731
             signal.signal(s, noted if kind is None and finished else handler)
         try:
             self.writer.close()  # TensorBoard's last events: a full disk may show here first
@@ -735,8 +730,8 @@ class TrainingRun(contextlib.AbstractContextManager):
         progress, run_dir, resume = self.progress, self.run_dir, f"--resume {self.run_dir}/checkpoint.pt"
         if isinstance(error, EnvError):
             line = f"error: {error} at env step {progress.global_step:,}"
-            if progress.iteration * self.batch > (self.checkpoint or {}).get("global_step", 0):
-                progress.global_step = progress.iteration * self.batch  # where the last update left it
+            if progress.iteration * self.args.batch > (self.checkpoint or {}).get("global_step", 0):
+                progress.global_step = progress.iteration * self.args.batch  # where the last update left it
                 self.save("checkpoint.pt", **training_state(self))
                 line += f"; the run up to step {progress.global_step:,} is kept: fix the env, add {resume}"
             raise SystemExit(line) from None
@@ -854,8 +849,7 @@ def get_env_spec(env_id, scenario):
 
 
 def sort_entities(x: Tensor, entities) -> Tensor:
-    """x (..., F) with each group's 2-number blocks nearest first: a group (count, starts) is `count` blocks from each
-    start, ordered by the first run (positions)."""
+    """x (..., F) with each group (count, starts) of 2-number blocks ordered nearest first by its first start's run."""
     if not entities:
         return x
     x = x.clone()
@@ -879,8 +873,7 @@ TIME_LIMITS = ("max_cycles", "max_steps", "max_episode_steps", "episode_limit", 
 
 
 def probe_env(spec, env, first, state_space):
-    """Plays up to 400 seeded random steps from `first` (observations, infos) as training does: the env's time limit,
-    whether state() answers throughout (else the observations joined), masks from step() alone."""
+    """Up to 400 seeded random steps from `first`, as training plays: the time limit, state() throughout, masks."""
     env_id, (observations, infos), sizes = spec.env_id, first, spec.avail_actions.sum(axis=1)
     problem = None if state_space else f"--env-id {env_id}: it has no Box state_space of at most {MAX_INPUTS} numbers"
     truncated, length = False, 0
@@ -930,8 +923,7 @@ def env_state(spec, env, obs: np.ndarray | None):
 
 
 def read_masks(spec, observations, infos, alive: np.ndarray):
-    """(n_agents, action_dim) bool: the allowed actions of each agent in the episode (`alive`), from its `action_mask`
-    where it has one; a mask of the wrong size, or allowing nothing, is an EnvError."""
+    """(n_agents, action_dim) bool: each `alive` agent's `action_mask` where it has one; a bad one is an EnvError."""
     if not spec.action_masks:
         return spec.avail_actions
     avail, source = spec.avail_actions.copy(), infos if spec.action_masks == "info" else observations
@@ -966,8 +958,7 @@ class StepResult(NamedTuple):
 
 @runtime_checkable
 class VecEnv(Protocol):
-    """Copies of `spec`'s env stepped together; an ended episode begins the next in the same `step`. An agent who
-    leaves early (dies) stays terminated, its observations and rewards zero, its actions ignored."""
+    """`spec`'s env copies stepped together, an ended episode begun anew in `step`; a dead agent stays terminated."""
 
     spec: EnvSpec
     keeps_episodes: bool  # whether `load_state_dict` puts back the episodes under way; else new ones begin
@@ -987,9 +978,7 @@ MOVES = [[0.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, -1.0], [0.0, 1.0]]  # discre
 
 
 class BatchedMPE:
-    """`n_envs` copies of an mpe2 scenario as tensors, mpe2 1.1.1's arithmetic in its order; new episodes from a CPU
-    generator, the same on any device. The world: `pos` (n_envs, n_agents + n_landmarks, 2), agents first; `vel`,
-    `comm`, `goal`; `steps` on the CPU, so that no step waits for the GPU."""
+    """`n_envs` copies of an mpe2 scenario as tensors, mpe2 1.1.1's arithmetic in its order; resets from a CPU RNG."""
 
     WORLD = ("pos", "vel", "comm", "goal", "steps")
     keeps_episodes = True
@@ -1023,8 +1012,7 @@ class BatchedMPE:
         self.generator = torch.Generator().manual_seed(seed)
 
     def action_table(self, movable: list[bool], speaks: list[bool]) -> Tensor:
-        """(n_agents, action_dim, 2 + dim_c): the [force, message] of each discrete action, or the matrix that maps an
-        action vector to them (mpe2's `_set_action`: a move times 5, discrete action = move + 5 * message)."""
+        """(n_agents, action_dim, 2 + dim_c): each action's [force, message], or an action vector's (`_set_action`)."""
         table = torch.zeros(self.n_agents, self.spec.action_dim, 2 + self.dim_c)
         for i in range(self.n_agents):
             n_moves = 5 if movable[i] else 0
@@ -1159,8 +1147,7 @@ def call_env(env_id, env, method, *args, **kwargs):
 
 
 class PettingZooEnv(gymnasium.Env):
-    """A PettingZoo parallel env as a gymnasium env of observations (n_agents, obs_dim), the rest of a `StepResult` in
-    its info; it begins its next episode itself (gymnasium's autoreset never acts)."""
+    """A parallel env as a gymnasium env: observations (n_agents, obs_dim), a `StepResult` in info, its own resets."""
 
     def __init__(self, spec, render_mode=None):
         self.env, self.env_id, self.env_spec = make_env(spec.env_id, spec.scenario, render_mode), spec.env_id, spec
@@ -1276,8 +1263,7 @@ class PettingZooVecEnv:
 
 @torch.no_grad()
 def evaluate(agent, envs: PettingZooVecEnv, seed, max_steps, stop: TrainingRun | None, sample):
-    """One episode in each env k, seeded with `seed + k`, to its end, `max_steps` or a stop: the per-agent returns
-    (n_envs, n_agents), and env 0's frames (T + 1, H, W, 3) if it renders."""
+    """One episode in each env k (seed + k) to its end, `max_steps` or a stop: returns (n_envs, n_agents), frames."""
     envs.reset(seed)
     returns = torch.zeros(envs.n_envs, len(envs.spec.agents), device=envs.device)
     playing = torch.ones(envs.n_envs, dtype=torch.bool, device=envs.device)  # in its first episode still
@@ -1296,8 +1282,7 @@ def evaluate(agent, envs: PettingZooVecEnv, seed, max_steps, stop: TrainingRun |
 
 
 def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args, writer, step, video, stop):
-    """`evaluate` with a generator seeded apart from training's (left as it was); with --capture-video the first episode
-    goes to the mp4 file `video` and to TensorBoard."""
+    """`evaluate` on a generator apart from training's; with --capture-video episode 0 to `video` and TensorBoard."""
     with torch.random.fork_rng(devices=[eval_envs.device] * (eval_envs.device.type == "cuda")):
         torch.manual_seed(args.seed + 100_000)
         returns, frames = evaluate(agent, eval_envs, args.seed + 100_000, args.eval_max_steps, stop, args.eval_sample)
@@ -1333,9 +1318,7 @@ def write_file(path, data):
     except BaseException as error:  # a Ctrl-C too
         with contextlib.suppress(FileNotFoundError):
             os.remove(f"{path}.tmp")
-        if not isinstance(error, OSError):
-            raise
-        raise OSError(error.errno, error.strerror, path) from None
+        raise OSError(error.errno, error.strerror, path) if isinstance(error, OSError) else error from None
 
 
 def load_checkpoint(path, device):
@@ -1441,8 +1424,7 @@ def resume_training(run: TrainingRun, checkpoint):
         torch.cuda.set_rng_state_all([state.cpu() for state in checkpoint["rng_states"]["cuda"]])
 
 
-def first_line(error):
-    """Its message's first line, else its type's name."""
+def first_line(error):  # of its message, else its type's name
     return next(iter(str(error).strip().splitlines()), type(error).__name__)
 
 
@@ -1547,8 +1529,7 @@ def start_logging(run_dir, args, resumed_step):
     """TensorBoard (and wandb with --track); a resumed run hides what the stopped one logged after `resumed_step`."""
     run_name = os.path.basename(run_dir)
     if args.track:
-        import wandb
-
+        wandb = importlib.import_module("wandb")
         names = dict(project=args.wandb_project_name, entity=args.wandb_entity, name=run_name, id=run_name)
         init = functools.partial(wandb.init, **names, config=vars(args), sync_tensorboard=True, save_code=True)
         try:
@@ -1567,8 +1548,7 @@ def start_logging(run_dir, args, resumed_step):
 
 def log_iteration(writer, global_step, sps, seconds, lr, losses, episode_returns, agents):
     scalars = {"charts/learning_rate": lr} | ({} if sps is None else {"charts/SPS": sps})
-    scalars |= {f"losses/{k}": v for k, v in losses.items()}
-    scalars |= {f"perf/{phase}_ms": 1000 * value for phase, value in seconds.items()}
+    scalars |= {f"losses/{k}": v for k, v in losses.items()} | {f"perf/{k}_ms": 1000 * v for k, v in seconds.items()}
     if episode_returns is not None:
         scalars |= {"charts/episodic_return": episode_returns.mean(), "charts/team_return": episode_returns.sum()}
         scalars |= {f"charts/episodic_return_{name}": r for name, r in zip(agents, episode_returns)}
