@@ -263,7 +263,7 @@ class Grid(Mode):
 
     def runs(self) -> list[tuple[str, str, int]]:
         """(scenario, script, seed) of every run, scenario by scenario, the seeds of a script together."""
-        seeds = lambda scenario: self.seeds or (5 if scenario == "spread" else 3)  # noqa: E731
+        seeds = lambda scenario: self.seeds or (5 if scenario == "spread" else 3)
         return [(c, s, k) for c in self.scenarios for s in self.scripts for k in range(1, seeds(c) + 1)]
 
     def training(self, scenario: str, script: str, seed: int) -> list[str]:
@@ -445,7 +445,7 @@ def random_env_config(seed: int) -> dict:
     """A configuration of tests/random_env.py drawn from `seed`: the common kinds mostly, a refused kind, a fault or a
     wider observation sometimes, so that most runs train and each way of failing comes up."""
     rng = np.random.default_rng(seed)
-    pick = lambda options, chances=None: options[rng.choice(len(options), p=chances)]  # noqa: E731
+    pick = lambda options, chances=None: options[rng.choice(len(options), p=chances)]
     config = dict(n_agents=int(rng.integers(1, 5)), limit=pick([10, 25, 7, 0], [0.4, 0.3, 0.2, 0.1]))
     kinds = ["box", "box2d", "sizes", "discrete", "multidiscrete", "multibinary", "image", "tuple"]
     config["obs"] = pick(kinds, [0.2, 0.15, 0.2, 0.15, 0.1, 0.1, 0.05, 0.05])
@@ -654,7 +654,7 @@ class Resume(Mode):
         log = self.path(f"{self.script}_resume_stopped.log")
         with open(log, "w") as f:
             process = subprocess.Popen([straight[0], "-u", *stopped[1:]], cwd=self.bench, stdout=f, stderr=f)
-        logged = lambda: [int(n.replace(",", "")) for n in re.findall(r"^step +([\d,]+)/", open(log).read(), re.M)]  # noqa: E731
+        logged = lambda: [int(n.replace(",", "")) for n in re.findall(r"^step +([\d,]+)/", open(log).read(), re.M)]
         while max(logged(), default=0) < stop:
             if process.poll() is not None:
                 raise SystemExit(f"error: the run to stop ended first: {open(log).read()[-500:]}")
@@ -673,7 +673,7 @@ def same_runs(straight: str, resumed: str) -> str:
     step (wall-clock times aside)."""
     a, b = (torch.load(f"{run_dir}/checkpoint.pt", weights_only=True) for run_dir in (straight, resumed))
     same = a["agent"].keys() == b["agent"].keys() and all(torch.equal(a["agent"][k], b["agent"][k]) for k in a["agent"])
-    timing = lambda tag: tag == "charts/SPS" or tag.startswith("perf/")  # noqa: E731
+    timing = lambda tag: tag == "charts/SPS" or tag.startswith("perf/")
     x, y = ({t: v for t, v in scalars(r).items() if not timing(t)} for r in (straight, resumed))
     differing = [t for t in x if x[t] != y.get(t)]
     identical = not differing and x.keys() == y.keys()
@@ -855,7 +855,7 @@ def acting_times(m, n_agents: int, seconds: float) -> tuple[float, float]:
             if i + 1 < n_agents:
                 shifted[:, i + 1] = model.action_tokens(action, alive[:, i])
 
-    encode = lambda: model.encode(model.agent_inputs(obs))[0]  # noqa: E731
+    encode = lambda: model.encode(model.agent_inputs(obs))[0]
     with torch.no_grad():
         cached = timed(lambda: model.decode_autoregressive(encode(), avail, alive, False), seconds)
         return cached, timed(lambda: full_re_decode(encode()), seconds)

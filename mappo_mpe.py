@@ -2,9 +2,8 @@
 
 PPO with decentralized actors, one per agent or shared, and a centralized critic on the env's state.
 
-    python mappo_mpe.py                                   # simple_spread_v3, 3 agents, the settings tuned on mpe2
-    python mappo_mpe.py --preset official                 # the official code's settings instead
-    python mappo_mpe.py --env-id pettingzoo.sisl.multiwalker_v9 --async-envs   # any PettingZoo parallel env
+    python mappo_mpe.py  # simple_spread_v3, 3 agents, tuned on mpe2
+    python mappo_mpe.py --env-id pettingzoo.sisl.multiwalker_v9 --async-envs  # any PettingZoo parallel env
     python mappo_mpe.py --eval-checkpoint runs/<run_name>/model.pt --capture-video
 """
 
@@ -40,19 +39,19 @@ from torch.utils.tensorboard import SummaryWriter
 
 @dataclass
 class Hyperparameters:
-    """The task and the algorithm's settings (the run's other flags: `Args`, below the banner)."""
+    """The task and the algorithm (the run's other flags: `Args`)."""
 
     # Environment
     env_id: str = "simple_spread_v3"
-    """an MPE scenario, or the import path of a PettingZoo parallel env: a module, class or function (my_env:MyEnv)"""
+    """an MPE scenario, or a PettingZoo parallel env's import path (my_env:MyEnv)"""
     n_agents: int = 3
-    """agents (and landmarks) of simple_spread_v3"""
+    """spread: agents (and landmarks)"""
     sort_entities: bool = False
-    """spread: the networks see each agent's landmarks and other agents nearest first"""
+    """spread: landmarks and other agents ordered nearest first"""
     nearest_k: int = 0
-    """spread: the actor sees the K nearest landmarks and K - 1 other agents, one input size at any N; 0: all"""
+    """spread: the actor sees the K nearest landmarks and K - 1 agents; 0: all"""
     max_cycles: int = 25
-    """MPE scenarios: steps before an episode is truncated"""
+    """MPE: steps per episode"""
     continuous_actions: bool = False
     """Box(0, 1) actions from a Gaussian policy"""
     n_rollout_threads: int = 32
@@ -60,13 +59,13 @@ class Hyperparameters:
 
     # Algorithm
     preset: Literal["tuned", "official"] = "tuned"
-    """settings per scenario (PRESETS) under the flags given: the best found on mpe2, or the official code's"""
+    """per-scenario settings (PRESETS): tuned on mpe2, or the official code's"""
     total_timesteps: int = 2_000_000
-    """environment steps (one step of one env counts once)"""
+    """environment steps in all"""
     episode_length: int = 25
     """steps per environment per rollout"""
     lr: float = 7e-4
-    """learning rate of the actor and the critic"""
+    """learning rate"""
     linear_lr_decay: bool = False
     """decay the learning rate linearly to 0"""
     ppo_epoch: int = 10
@@ -74,27 +73,27 @@ class Hyperparameters:
     num_mini_batch: int = 1
     """minibatches per pass"""
     clip: float = 0.2
-    """PPO clipping range of the policy ratio and of the value change"""
+    """PPO clip of the policy ratio and the value change"""
     gamma: float = 0.0
-    """discount factor; 0: clip(1 - 4 / T, 0.9, 0.99) for the env's episode limit T"""
+    """discount; 0: clip(1 - 4 / T, 0.9, 0.99) for the env's time limit T"""
     gae_lambda: float = 0.95
-    """lambda of generalized advantage estimation"""
+    """GAE lambda"""
     ent_coef: float = 0.01
-    """coefficient of the entropy bonus"""
+    """entropy bonus coefficient"""
     vf_coef: float = 1.0
-    """coefficient of the value loss"""
+    """value loss coefficient"""
     max_grad_norm: float = 10.0
-    """gradient norm clip of the actor and of the critic"""
+    """gradient norm clip, actor and critic each"""
     hidden_size: int = 64
     """width of the hidden layers"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden-layer activation"""
     use_valuenorm: bool = True
-    """the critic learns returns normalized by running statistics (ValueNorm)"""
+    """normalize the critic's targets by running statistics"""
     huber_delta: float = 10.0
     """delta of the Huber value loss"""
     clipped_value_loss: bool = True
-    """the value loss is the larger of the plain and the clipped-prediction loss"""
+    """PPO-clip the value loss too"""
     feature_norm: bool = True
     """LayerNorm on the network inputs"""
     use_agent_id: bool = True
@@ -102,13 +101,13 @@ class Hyperparameters:
     state_type: Literal["EP", "FP", "AS", "local"] = "EP"
     """critic input: EP env.state() once per env; FP state + id; AS state + own obs + id; local own obs + id"""
     separate_actors: bool = False
-    """an actor per agent (the critic stays shared)"""
+    """an actor per agent"""
     team_reward: bool = True
-    """every agent learns the team's mean reward, to the end of the episode even once it died"""
+    """agents learn the team's mean reward, even once dead"""
 
 
 MPE_SCENARIOS = ("simple_spread_v3", "simple_reference_v3", "simple_speaker_listener_v4")
-# Per scenario, under the flags given: the official scripts' (32 envs for 128) or the best on mpe2 (docs/tuning.md)
+# Per scenario, under the flags given (docs/tuning.md)
 PRESETS = {
     "official": {
         "simple_spread_v3": {"gamma": 0.99},
@@ -124,7 +123,7 @@ PRESETS = {
 CONTINUOUS_PRESETS = {"official": {}, "tuned": {"simple_spread_v3": {"ent_coef": 0.003}}}
 
 
-# ---------------------------------------- Networks
+# ---------- Networks
 
 
 def layer_init(layer, gain: float = np.sqrt(2)):
@@ -149,7 +148,7 @@ def mlp_net(in_dim, out_dim, out_gain, args):
 
 
 class Gaussian(Normal):
-    """Diagonal Gaussian of mean 0.5 + `out`, clipped (censored) into [0, 1]; dims an agent lacks (`dims`) count 0."""
+    """Gaussian of mean 0.5 + `out` censored to [0, 1]; the dims an agent lacks (`dims` 0) count 0."""
 
     def __init__(self, out: Tensor, std_logit: Tensor, dims: Tensor):
         super().__init__(out + 0.5, torch.sigmoid(std_logit).expand_as(out), validate_args=False)
@@ -172,14 +171,14 @@ class Gaussian(Normal):
 
 
 def action_distribution(out: Tensor, avail_actions: Tensor, std_logit: Tensor | None):
-    """Discrete (`std_logit` None): a categorical on the logits `out` over the available actions; else a `Gaussian`."""
+    """A masked categorical on the logits `out`, or with `std_logit` a `Gaussian`."""
     if std_logit is None:
         return Categorical(logits=out.masked_fill(~avail_actions, -1e10), validate_args=False)
     return Gaussian(out, std_logit, avail_actions)
 
 
 class Agent(nn.Module):
-    """Decentralized actor(s) on each agent's observation and a centralized critic."""
+    """Decentralized actor(s) and a centralized critic."""
 
     def __init__(self, spec: EnvSpec, args):
         super().__init__()
@@ -193,18 +192,18 @@ class Agent(nn.Module):
         actor_in = (spec.obs_dim if actor_columns is None else len(actor_columns)) + args.use_agent_id * n_agents
         n_actors = n_agents if args.separate_actors else 1
         self.actors = nn.ModuleList(mlp_net(actor_in, spec.action_dim, 0.01, args) for _ in range(n_actors))
-        # Continuous actions: the mean starts near 0.5, the box's centre, the std at sigmoid(2) = 0.88
+        # the std starts at sigmoid(2) = 0.88
         self.actor_std_logit = nn.Parameter(torch.full((n_actors, spec.action_dim), 2.0)) if spec.continuous else None
-        # EP: one pass per env on the state, a value head per agent (without --team-reward their returns differ)
+        # EP: one pass per env, a value head per agent
         extra = {"EP": 0, "FP": n_agents, "AS": spec.obs_dim + n_agents, "local": spec.obs_dim + n_agents}
         critic_in = (self.state_type != "local") * spec.state_dim + extra[self.state_type]
         self.critic = mlp_net(critic_in, n_agents if self.state_type == "EP" else 1, 1.0, args)
 
     def critic_input(self, obs: Tensor, state: Tensor) -> Tensor:
         """obs (..., n_agents, obs_dim), state (..., state_dim) -> EP (..., 1, state_dim), else (..., n_agents, F)."""
-        if self.state_type == "local":  # each agent's own observation and id: AS without a state
+        if self.state_type == "local":  # AS without a state
             state = state[..., :0]
-        elif self.entities:  # spread's state joins the agents' observations: sort each one's part
+        elif self.entities:  # spread's state: the observations joined
             state = sort_entities(state.unflatten(-1, (len(self.agent_ids), -1)), self.entities).flatten(-2)
         if self.state_type == "EP":
             return state.unsqueeze(-2)
@@ -216,18 +215,16 @@ class Agent(nn.Module):
 
     def actor_input(self, obs: Tensor) -> Tensor:
         obs = sort_entities(obs, self.entities)
-        if self.actor_columns is not None:  # the nearest K of each kind, zeros where there are fewer
+        if self.actor_columns is not None:  # the nearest K of each kind, zero-padded
             obs = F.pad(obs, (0, 1))[..., self.actor_columns]
         if not self.use_agent_id:
             return obs
         return torch.cat([obs, self.agent_ids.expand(*obs.shape[:-1], -1)], dim=-1)
 
     def get_value(self, x: Tensor) -> Tensor:
-        """(B, n_agents) values (normalized with ValueNorm on) from `critic_input`'s x."""
         return self.critic(x).flatten(1)
 
     def get_dist(self, x: Tensor, avail: Tensor):
-        """Each agent's action distribution (batch (B, n_agents)) over its available actions, from `actor_input`'s x."""
         if len(self.actors) == 1:
             out = self.actors[0](x)
         else:
@@ -241,11 +238,11 @@ class Agent(nn.Module):
         return action, dist.log_prob(action)
 
 
-# ---------------------------------------- Value normalization
+# ---------- Value normalization
 
 
 class ValueNorm(nn.Module):
-    """Running mean and variance of the returns (official MAPPO's debiased averages); identity if not `enabled`."""
+    """Running mean and variance of the returns, debiased as in official MAPPO."""
 
     def __init__(self, enabled=True, beta=0.99999, epsilon=1e-5, min_var=1e-2):
         super().__init__()
@@ -263,7 +260,7 @@ class ValueNorm(nn.Module):
 
     @torch.no_grad()
     def update(self, x: Tensor, steps=1):
-        """`steps` updates on x at once, as the official codes make one a minibatch (docs/implementation.md)."""
+        """`steps` updates on x at once (one a minibatch, as the official codes)."""
         if not self.enabled:
             return
         decay = self.beta**steps
@@ -280,27 +277,27 @@ class ValueNorm(nn.Module):
         return x * var.sqrt() + mean
 
 
-# ---------------------------------------- Rollout buffer and GAE
+# ---------- Rollout buffer and GAE
 
 
 class RolloutBuffer:
-    """One rollout of T steps; index t holds the input at step t and what followed from acting on it."""
+    """One rollout; index t: the input at step t and what acting on it gave."""
 
     def __init__(self, T, n_envs, spec: EnvSpec, device):
         n_agents = len(spec.agents)
-        zeros = lambda *shape, dtype=torch.float32: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
+        zeros = functools.partial(torch.zeros, device=device)
         self.obs = zeros(T + 1, n_envs, n_agents, spec.obs_dim)
         self.state = zeros(T + 1, n_envs, spec.state_dim)
         self.alive = torch.ones(T + 1, n_envs, n_agents, dtype=torch.bool, device=device)  # in the episode at t
         self.avail = torch.ones(T + 1, n_envs, n_agents, spec.action_dim, dtype=torch.bool, device=device)
-        self.values = zeros(T + 1, n_envs, n_agents)  # denormalized: on the scale of the returns
+        self.values = zeros(T + 1, n_envs, n_agents)  # on the scale of the returns
         action_shape, action_type = ((spec.action_dim,), torch.float32) if spec.continuous else ((), torch.long)
         self.actions = zeros(T, n_envs, n_agents, *action_shape, dtype=action_type)
         self.logprobs, self.rewards = zeros(T, n_envs, n_agents), zeros(T, n_envs, n_agents)
         self.terminated, self.truncated = (zeros(T, n_envs, n_agents, dtype=torch.bool) for _ in range(2))
         self.final_obs = zeros(T, n_envs, n_agents, spec.obs_dim)  # last obs of an episode that ended at t
         self.final_state = zeros(T, n_envs, spec.state_dim)
-        self.final_values = zeros(T, n_envs, n_agents)  # their values, to bootstrap truncated episodes
+        self.final_values = zeros(T, n_envs, n_agents)  # to bootstrap truncations
 
     def insert(self, t, actions: Tensor, logprobs: Tensor, step: StepResult):
         self.actions[t], self.logprobs[t], self.rewards[t] = actions, logprobs, step.rewards
@@ -319,7 +316,7 @@ class RolloutBuffer:
 
 
 def compute_gae(buffer, gamma, gae_lambda, team_reward):
-    """Advantages and returns (T, n_envs, n_agents), truncations bootstrapped; `team_reward`: a dead agent's goes on."""
+    """Advantages and returns (T, n_envs, n_agents), truncations bootstrapped."""
     rewards, values, terminated, truncated = buffer.rewards, buffer.values, buffer.terminated, buffer.truncated
     if team_reward:
         rewards = rewards.mean(dim=-1, keepdim=True).expand_as(rewards)
@@ -336,7 +333,7 @@ def compute_gae(buffer, gamma, gae_lambda, team_reward):
     return advantages, advantages + values[:-1]
 
 
-# ---------------------------------------- PPO update
+# ---------- PPO update
 
 
 def masked_mean(x: Tensor, alive: Tensor) -> Tensor:
@@ -354,7 +351,7 @@ def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip) -> tuple[T
 
 
 def value_loss_fn(values, old_values, returns, alive, args) -> Tensor:
-    """Huber loss of normalized values, PPO-clipped; with the team's reward a dead agent's return still counts."""
+    """Huber loss of normalized values, PPO-clipped; with the team's reward the dead count."""
     loss = F.huber_loss(values, returns, reduction="none", delta=args.huber_delta)
     if args.clipped_value_loss:
         values_clipped = old_values + (values - old_values).clamp(-args.clip, args.clip)
@@ -363,14 +360,13 @@ def value_loss_fn(values, old_values, returns, alive, args) -> Tensor:
 
 
 def minibatch_indices(batch_size, num_mini_batch, device):
-    """Disjoint random minibatches of one epoch; one minibatch is the whole batch as a slice (no copy)."""
     if num_mini_batch == 1:
         return [slice(None)]
     return list(torch.randperm(batch_size, device=device).split(batch_size // num_mini_batch))
 
 
 def ppo_step(agent, optimizer, batch, args):
-    """One gradient step on one minibatch; its statistics stay tensors (nothing waits on the device)."""
+    """One gradient step; its statistics stay tensors (nothing waits on the device)."""
     actor_in, critic_in, alive, actions, old_logprobs, avail, advantages, old_values, returns = batch
     dist = agent.get_dist(actor_in, avail)  # under the masks the actions were drawn with
     policy_loss, pg_stats = policy_loss_fn(dist.log_prob(actions), old_logprobs, advantages, alive, args.clip)
@@ -387,15 +383,15 @@ def ppo_step(agent, optimizer, batch, args):
 
 
 def ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args, step=ppo_step):
-    """`ppo_epoch` passes of minibatches of env steps, each a `step` (`ppo_step`, or `GraphedStep` on a GPU)."""
-    flat = lambda x: x.flatten(0, 1)  # (T, n_envs, ...) -> (T * n_envs, ...)  # noqa: E731
-    old_values = value_norm.normalize(buffer.values[:-1])  # the critic's outputs when acting: the clip's centre
-    learned = returns[buffer.alive[:-1] | args.team_reward]  # the returns the critic learns (value_loss_fn)
-    value_norm.update(learned, steps=args.ppo_epoch * args.num_mini_batch)  # as often as the official codes
+    """`ppo_epoch` passes of minibatches of env steps, each a `step`."""
+    flat = lambda x: x.flatten(0, 1)  # (T, n_envs, ...) -> (T * n_envs, ...)
+    old_values = value_norm.normalize(buffer.values[:-1])  # the clip's centre
+    learned = returns[buffer.alive[:-1] | args.team_reward]  # as value_loss_fn counts them
+    value_norm.update(learned, steps=args.ppo_epoch * args.num_mini_batch)
     alive_advantages = advantages[buffer.alive[:-1]]
     advantages = (advantages - alive_advantages.mean()) / (alive_advantages.std() + 1e-5)
     obs, state = flat(buffer.obs[:-1]), flat(buffer.state[:-1])
-    data = [agent.actor_input(obs), agent.critic_input(obs, state)]  # free of parameters: made once an update
+    data = [agent.actor_input(obs), agent.critic_input(obs, state)]  # once an update
     rest = [buffer.alive[:-1], buffer.actions, buffer.logprobs, buffer.avail[:-1], advantages, old_values]
     data += [flat(x) for x in rest + [value_norm.normalize(returns)]]
     stats = []
@@ -413,7 +409,7 @@ def build_agent(spec: EnvSpec, args, device):
 
 
 def main(args):
-    """Iterations of a rollout, its advantages and the PPO update; `TrainingRun` does the rest."""
+    """Rollouts, advantages, PPO updates; `TrainingRun` does the rest."""
     if args.eval_checkpoint is not None:
         run_evaluation_only(args)
         return {}
@@ -430,7 +426,7 @@ def main(args):
                 for group, initial_lr in zip(optimizer.param_groups, initial_lrs):
                     group["lr"] = initial_lr * (1.0 - (iteration - 1.0) / run.num_iterations)
 
-            # 1. Collect a rollout: T steps of every env with the current policy, from where the envs are
+            # 1. Collect a rollout: T steps of every env
             buffer.obs[0], buffer.state[0], buffer.alive[0], buffer.avail[0] = envs.observe()
             with torch.no_grad():
                 for t in range(T):
@@ -446,15 +442,13 @@ def main(args):
             update_start = time.time()
             losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args, run.ppo_step)
 
-            # 4. Log; evaluate and checkpoint when due; a stop request ends the run here
+            # 4. Log, evaluate, checkpoint; a stop ends the run here
             if run.end_iteration(iteration, losses, returns, update_start):
                 break
     return run.summary
 
 
-# ====================================================================================================
-# Below: what sets up, watches and ends a run: the flags, `TrainingRun`, the envs, the argument checks, test mode.
-# ====================================================================================================
+# ============================== Below: setting up, watching and ending a run (`Args`, `TrainingRun`, envs, checks)
 
 
 @dataclass
@@ -468,9 +462,9 @@ class Args(Hyperparameters):
     cuda: bool = False
     """use the GPU when one is available"""
     n_training_threads: int = 0
-    """torch threads on the CPU; 0: half the cores, so that two runs side by side keep their speed"""
+    """torch threads on the CPU; 0: half the cores"""
     compile: bool = False
-    """torch.compile acting and the env step; on a GPU, where it is the default, the update too, graphed"""
+    """torch.compile acting and the env step; on a GPU (default) the update too, graphed"""
     track: bool = False
     """track the run with Weights and Biases"""
     wandb_project_name: str = "mappo-mpe"
@@ -478,21 +472,21 @@ class Args(Hyperparameters):
     wandb_entity: str | None = None
     """the entity (team) of wandb's project"""
     capture_video: bool = False
-    """record one episode per evaluation to `videos/{run_name}` and TensorBoard"""
+    """record an episode per evaluation (videos/, TensorBoard)"""
     save_model: bool = False
-    """save the final and the best-evaluated model to `runs/{run_name}`"""
+    """save the final and the best-evaluated model"""
     eval_checkpoint: str | None = None
     """test mode: evaluate this checkpoint, train nothing"""
     eval_n_agents: int = 0
-    """test mode: play a --nearest-k checkpoint on spread with this many agents (0: as trained)"""
+    """test mode: a --nearest-k checkpoint's team size (0: as trained)"""
     resume: str | None = None
-    """go on with the run of this checkpoint (`runs/{run_name}/checkpoint.pt`) as if it had never stopped"""
+    """go on exactly with the run of this checkpoint (or run folder)"""
     checkpoint_interval: int = 0
-    """environment steps between training checkpoints (also at the end and on a stop); 0: 200k or 30 iterations"""
+    """env steps between checkpoints (also at the end, on a stop); 0: 200k or 30 iterations"""
     env_kwargs: dict[str, int | float | bool | str] = dataclasses.field(default_factory=dict)
-    """an env by import path: the keyword arguments that make it (--env-kwargs max_cycles 300 flag False)"""
+    """an env by import path: its keyword arguments (--env-kwargs max_cycles 300 flag False)"""
     async_envs: bool = False
-    """an env by import path: each env steps in its own worker process"""
+    """an env by import path: each copy in its own process"""
 
     # Evaluation and logging
     eval_interval: int = 0
@@ -500,9 +494,9 @@ class Args(Hyperparameters):
     n_eval_episodes: int = 32
     """episodes per evaluation"""
     eval_sample: bool = False
-    """evaluations sample the policy's actions instead of taking the likeliest (greedy agents can deadlock)"""
+    """evaluate sampled actions, not the likeliest (greedy agents can deadlock)"""
     eval_max_steps: int = 10_000
-    """steps after which an evaluation episode ends if the env has not ended it"""
+    """steps after which an evaluation episode is cut"""
     log_interval: int = 20_000
     """environment steps between progress lines"""
 
@@ -512,7 +506,7 @@ class Args(Hyperparameters):
 
 
 def parse_args(argv=None):
-    """The command line over the preset of its --preset, --env-id and --continuous-actions (read in a first pass)."""
+    """`Args`: the command line over the preset it chooses."""
     argv = sys.argv[1:] if argv is None else argv
     for start in [i + 1 for i, arg in enumerate(argv) if arg in ("--env-kwargs", "--env_kwargs")]:
         count = next((n for n, arg in enumerate(argv[start:]) if arg.startswith("--")), len(argv) - start)
@@ -536,7 +530,7 @@ class TrainingRun(contextlib.AbstractContextManager):
     def __init__(self, args):
         self.device = device = setup_torch(args)
         self.spec = spec = get_env_spec(args.env_id, scenario_kwargs(args))
-        random.seed(args.seed)  # for an env that draws from these (the probe seeded them with 0)
+        random.seed(args.seed)  # the probe seeded them with 0
         np.random.seed(args.seed)
         self.warmup = self.compiled = args.compile and compiles(device)
         check_memory(spec, args, device)
@@ -573,13 +567,13 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.handlers = {s: signal.signal(s, self.request_stop) for s in stops}
 
     def request_stop(self, signum, frame=None):
-        """A stop at the iteration's end; the old handlers come back, so that a second signal acts at once."""
+        """A stop at the iteration's end; a second signal acts at once."""
         self.signal = signum
         for s, handler in self.handlers.items():
             signal.signal(s, handler)
 
     def start(self, agent, value_norm, optimizer, buffer):
-        """Takes the model, puts a resumed run's state back (else resets the envs) and compiles."""
+        """Compiles; puts a resumed run's state back, else resets the envs."""
         self.model, self.buffer, self.losses = (agent, value_norm, optimizer), buffer, {}
         if self.compiled:
             compile_for_device(agent, self.envs, self.device)
@@ -598,7 +592,7 @@ class TrainingRun(contextlib.AbstractContextManager):
         return self.progress
 
     def end_iteration(self, iteration, losses, returns: Tensor, update_start):
-        """After an update: its log, and when due an evaluation, a progress line, a checkpoint; True: a stop."""
+        """Logs the update; evaluates, prints, checkpoints when due; True: a stop."""
         args, progress, buffer, batch = self.args, self.progress, self.buffer, self.args.batch
         seconds = {"rollout": update_start - self.rollout_start, "update": time.time() - update_start}
         values, returns = buffer.values[:-1][buffer.alive[:-1]], returns[buffer.alive[:-1]]
@@ -627,7 +621,7 @@ class TrainingRun(contextlib.AbstractContextManager):
         return stop
 
     def ended_episode_returns(self) -> np.ndarray | None:
-        """(n_agents,) mean returns of the episodes that ended in the rollout; None: none did."""
+        """(n_agents,) mean returns of the rollout's ended episodes; None: none ended."""
         running, ended_sum, count = self.running_returns, torch.zeros_like(self.running_returns[0]), 0
         for rewards, ended in zip(self.buffer.rewards, (self.buffer.terminated | self.buffer.truncated).all(dim=-1)):
             running += rewards
@@ -637,7 +631,7 @@ class TrainingRun(contextlib.AbstractContextManager):
         return (ended_sum / count).cpu().numpy() if (count := int(count)) else None
 
     def evaluate(self):
-        """Evaluates and keeps the best model; an evaluation a stop cut short counts for nothing."""
+        """Evaluates, keeping the best model; one a stop cut short counts for nothing."""
         progress, step = self.progress, self.progress.global_step
         video = f"videos/{os.path.basename(self.run_dir)}/eval_{step}.mp4"
         returns = evaluate_and_record(self.model[0], self.eval_envs, self.args, self.writer, step, video, self)
@@ -653,10 +647,10 @@ class TrainingRun(contextlib.AbstractContextManager):
         save_checkpoint(f"{self.run_dir}/{name}", *self.model, self.args, self.progress.global_step, **training)
 
     def __exit__(self, kind, error, trace):
-        """`end`; a full disk: one error line, the checkpoint kept. A finished run ends as one, signals only noted."""
+        """`end`; a full disk: one error line, the checkpoint kept; a finished run only notes signals."""
         progress, checkpoint = self.progress, f"{self.run_dir}/checkpoint.pt"
         finished = progress.eval_step == progress.global_step == self.num_iterations * self.args.batch
-        noted = lambda signum, frame: setattr(self, "signal", self.signal or signum)  # noqa: E731
+        noted = lambda signum, frame: setattr(self, "signal", self.signal or signum)
         for s, handler in self.handlers.items():
             signal.signal(s, noted if kind is None and finished else handler)
         try:
@@ -699,23 +693,23 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.summary = dict(run_name=os.path.basename(run_dir), losses=self.losses) | dataclasses.asdict(progress)
 
 
-MAX_INPUTS = 4096  # numbers an observation or state may have for the MLPs; more is an image, for a CNN
+MAX_INPUTS = 4096  # numbers of an observation or state the MLPs take; more is an image
 
 
 class EnvSpec(NamedTuple):
     agents: list[str]
-    obs_dim: int  # largest agent observation, flattened; smaller ones are zero-padded
-    action_dim: int  # largest agent action space (discrete) or action vector (continuous)
+    obs_dim: int  # largest flattened observation (others zero-padded)
+    action_dim: int  # largest action space or vector
     state_dim: int  # 0: none (no state, and the observations joined would not fit)
-    avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's actions or action dimensions
-    continuous: bool  # action vectors in the unit box [0, 1]^action_dim (zero-padded)
-    action_masks: str  # where the env gives the allowed actions: "info", "observation", "" (all allowed)
-    has_state: bool  # the state is env.state(), flattened; else the agents' observations joined
-    episode_limit: int  # steps before a time limit ends an episode; 0: none met
-    entities: tuple  # groups of interchangeable entities in the observation (`sort_entities`; spread only)
+    avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's own
+    continuous: bool  # actions in the unit box [0, 1]^action_dim
+    action_masks: str  # where the masks are: "info", "observation", "" (none)
+    has_state: bool  # env.state(); else the observations joined
+    episode_limit: int  # the time limit; 0: none met
+    entities: tuple  # spread's groups of interchangeable entities (`sort_entities`)
     env_id: str
     scenario: dict
-    obs_spaces: list  # each agent's observation space, without its action mask
+    obs_spaces: list  # each agent's, without its action mask
 
 
 def scenario_kwargs(args):
@@ -727,7 +721,7 @@ def scenario_kwargs(args):
 
 
 def make_env(env_id, scenario, render_mode=None):
-    """The PettingZoo parallel env: mpe2's for an MPE scenario, else what `env_id` names (a module, class, function)."""
+    """The PettingZoo parallel env: mpe2's scenario, or what `env_id` names."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     module, rendering = f"mpe2.{env_id}" if env_id in MPE_SCENARIOS else env_id, {"render_mode": render_mode}
     try:
@@ -742,12 +736,12 @@ def make_env(env_id, scenario, render_mode=None):
         needed = "a PettingZoo parallel env: a module's parallel_env, or pettingzoo.utils.aec_to_parallel(env)"
         raise SystemExit(f"error: --env-id {env_id}: made {found}; the scripts take {needed}")
     if render_mode is None and module.startswith("mpe2."):
-        env.unwrapped.screen = None  # frees the 700x700 drawing surface (~2 MB) every mpe2 env holds
+        env.unwrapped.screen = None  # frees mpe2's 700x700 drawing surface (~2 MB)
     return env
 
 
 def import_path(path):
-    """The module at `module.name` or `module:name`, else the attribute its last part names."""
+    """`module.name` or `module:name`: the module, else the named attribute."""
     module, _, name = (path := path.replace(":", ".")).rpartition(".")
     try:
         return importlib.import_module(path)
@@ -758,8 +752,8 @@ def import_path(path):
 
 
 def get_env_spec(env_id, scenario):
-    """The env's spaces, read from it; what the networks cannot take is one error line."""
-    random.seed(0)  # the probe plays alike every time, also an env that draws from these
+    """The env's spaces; what the networks cannot take is one error line."""
+    random.seed(0)  # the probe plays alike every time
     np.random.seed(0)
     env = make_env(env_id, scenario)
     first = call_env(env_id, env, "reset", seed=0)
@@ -850,7 +844,7 @@ def probe_env(spec, env, first, state_space):
         length += 1
         if truncated := any(truncations.values()) and not env.agents:
             break
-    if problem is not None:  # the critic takes the observations joined where they fit, else each agent's own
+    if problem is not None:
         joined = len(spec.agents) * spec.obs_dim
         critic = "the observations joined" if joined <= MAX_INPUTS else f"each agent's observation ({joined:,} joined)"
         print(f"warning: {problem}; the critic takes {critic}")
@@ -861,8 +855,8 @@ def probe_env(spec, env, first, state_space):
 
 
 def env_state(spec, env, obs: np.ndarray | None):
-    """(state_dim,) float32: env.state() flattened, or the observations `obs` joined; a wrong one is an EnvError."""
-    joined = obs if spec.state_dim else ()  # none where the observations joined do not fit (state_dim 0)
+    """(state_dim,) float32: env.state(), or the observations `obs` joined; a wrong one is an EnvError."""
+    joined = obs if spec.state_dim else ()
     state = np.asarray(call_env(spec.env_id, env, "state") if spec.has_state else joined, dtype=np.float32).ravel()
     if (size := state.size) != spec.state_dim:
         raise EnvError(f"--env-id {spec.env_id}: its state() has {size} numbers, its state_space {spec.state_dim}")
@@ -872,7 +866,7 @@ def env_state(spec, env, obs: np.ndarray | None):
 
 
 def read_masks(spec, observations, infos, alive: np.ndarray):
-    """(n_agents, action_dim) bool: each `alive` agent's `action_mask` where it has one; a bad one is an EnvError."""
+    """(n_agents, action_dim) bool: the `alive` agents' action masks; a bad one is an EnvError."""
     if not spec.action_masks:
         return spec.avail_actions
     avail, source = spec.avail_actions.copy(), infos if spec.action_masks == "info" else observations
@@ -887,7 +881,7 @@ def read_masks(spec, observations, infos, alive: np.ndarray):
 
 
 class StepResult(NamedTuple):
-    """What `VecEnv.step` gives, per env and agent: the next step's input, and what the step did."""
+    """What `VecEnv.step` gives: the next step's input, and what the step did."""
 
     obs: Tensor  # (n_envs, n_agents, obs_dim), already reset where an episode ended
     state: Tensor  # (n_envs, state_dim)
@@ -896,12 +890,12 @@ class StepResult(NamedTuple):
     truncated: Tensor
     final_obs: Tensor  # the step's observation and state, before a reset
     final_state: Tensor
-    alive: Tensor  # (n_envs, n_agents) bool: the agents in the episode of `obs`, who act on it
-    avail: Tensor  # (n_envs, n_agents, action_dim) bool: the actions each agent may take on `obs`
+    alive: Tensor  # (n_envs, n_agents) bool: who acts on `obs`
+    avail: Tensor  # (n_envs, n_agents, action_dim) bool: allowed on `obs`
 
     @property
     def ended(self) -> Tensor:
-        """(n_envs,) bool: the env's episode is over (and the env was reset)."""
+        """(n_envs,) bool: the episode is over (the env was reset)."""
         return (self.terminated | self.truncated).all(dim=1)
 
 
@@ -910,7 +904,7 @@ class VecEnv(Protocol):
     """`spec`'s env copies stepped together, an ended episode begun anew in `step`; a dead agent stays terminated."""
 
     spec: EnvSpec
-    keeps_episodes: bool  # whether `load_state_dict` puts back the episodes under way; else new ones begin
+    keeps_episodes: bool  # `load_state_dict` puts back the episodes under way
 
     def reset(self): ...
     def observe(self) -> tuple[Tensor, ...]: ...  # (obs, state, alive, avail): the next input
@@ -921,7 +915,7 @@ class VecEnv(Protocol):
 
 # mpe2's world constants (_mpe_utils/core.py and simple_env.py)
 DT, DAMPING, SENSITIVITY, CONTACT_FORCE, CONTACT_MARGIN = 0.1, 0.25, 5.0, 100.0, 1e-3
-LOCAL_RATIO = 0.5  # mpe2's weight of an agent's own reward against the team's (spread, reference)
+LOCAL_RATIO = 0.5  # mpe2's weight of an agent's own reward against the team's
 SPREAD_AGENT_SIZE = 0.15  # spread's agents collide when closer than twice this
 MOVES = [[0.0, 0.0], [-1.0, 0.0], [1.0, 0.0], [0.0, -1.0], [0.0, 1.0]]  # discrete move: none, -x, +x, -y, +y
 
@@ -936,7 +930,7 @@ class BatchedMPE:
         self.spec, self.env_id, self.n_envs, self.device = spec, spec.env_id, n_envs, device
         self.max_cycles, self.continuous = spec.scenario["max_cycles"], spec.continuous
         self.n_agents = n_agents = len(spec.agents)
-        # mpe2's make_world: who moves, who speaks and in messages of what size, the landmarks' colours
+        # mpe2's make_world: who moves, who speaks (message size), the landmarks' colours
         if self.env_id == "simple_spread_v3":
             self.n_landmarks, self.dim_c, movable, speaks = n_agents, 2, [True] * n_agents, [False] * n_agents
             colours = []
@@ -951,7 +945,7 @@ class BatchedMPE:
         self.others = torch.tensor(others, dtype=torch.long, device=device)  # (n_agents, n_agents - 1)
         self.agent_rows = torch.arange(n_agents, device=device)
         self.action_effects = self.action_table(movable, speaks).to(device)
-        zeros = lambda *shape, dtype=None: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
+        zeros = functools.partial(torch.zeros, device=device)
         self.pos, self.vel = zeros(n_envs, n_agents + self.n_landmarks, 2), zeros(n_envs, n_agents, 2)
         self.comm, self.goal = zeros(n_envs, n_agents, self.dim_c), zeros(n_envs, n_agents, dtype=torch.long)
         self.steps = torch.zeros(n_envs, dtype=torch.long)
@@ -982,7 +976,7 @@ class BatchedMPE:
         self.reset_envs(torch.ones(self.n_envs, dtype=torch.bool))
 
     def reset_envs(self, envs: Tensor):
-        """New episodes in the envs marked in `envs` (n_envs,) bool on the CPU, as mpe2's `reset_world`."""
+        """New episodes (mpe2's `reset_world`) where `envs` (n_envs,) bool on the CPU."""
         pos = torch.rand(self.pos.shape, generator=self.generator) * 2 - 1
         goal = torch.randint(self.n_landmarks, self.goal.shape, generator=self.generator)
         self.steps = self.steps * ~envs
@@ -992,7 +986,6 @@ class BatchedMPE:
         self.goal = torch.where(keep[:, 0], self.goal, goal.to(self.device))
 
     def step(self, actions: Tensor) -> StepResult:
-        """Every env one step on with actions (n_envs, n_agents), or vectors (n_envs, n_agents, action_dim)."""
         if self.continuous and not torch.isfinite(actions).all():  # the one wait for the device, continuous only
             raise SystemExit("error: the policy gave a continuous action that is NaN or infinite (it diverged)")
         rewards, final_obs, final_state = self.advance(actions)
@@ -1104,7 +1097,7 @@ class PettingZooEnv(gymnasium.Env):
         self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (n_agents, spec.obs_dim), np.float32)
         self.obs_sizes = [gymnasium.spaces.flatdim(s) for s in spec.obs_spaces]
         self.action_space = gymnasium.spaces.MultiDiscrete([spec.action_dim] * n_agents)
-        if spec.continuous:  # the policy acts in the unit box, mapped to each agent's bounds by `env_action`
+        if spec.continuous:  # the unit box, mapped to each agent's bounds by `env_action`
             self.action_space = gymnasium.spaces.Box(0.0, 1.0, (n_agents, spec.action_dim), np.float32)
 
     def env_action(self, agent, action: np.ndarray):
@@ -1114,12 +1107,12 @@ class PettingZooEnv(gymnasium.Env):
         return space.low + action[: len(space.low)].clip(0.0, 1.0) * (space.high - space.low)
 
     def stack(self, observations):
-        """(n_agents, obs_dim) float32: the observations of the agents in `observations`, zeros for the others."""
+        """(n_agents, obs_dim) float32: the given agents' observations, zeros for the others."""
         obs = np.zeros(self.observation_space.shape, dtype=np.float32)
         if self.env_spec.action_masks == "observation":
             observations = {agent: own["observation"] for agent, own in observations.items()}
         for i, (agent, space, size) in enumerate(zip(self.env_spec.agents, self.env_spec.obs_spaces, self.obs_sizes)):
-            if agent in observations:  # flattened as gymnasium does (a Discrete observation one-hot), where it fits
+            if agent in observations:  # as gymnasium flattens it (a Discrete one one-hot)
                 own = observations[agent]
                 if isinstance(space, gymnasium.spaces.Box):  # as gymnasium's flatten, without its dispatch: 5x faster
                     flat = np.asarray(own, space.dtype).ravel()
@@ -1176,7 +1169,7 @@ class PettingZooVecEnv:
     keeps_episodes = False  # a resumed run begins new episodes, seeded from the steps
 
     def __init__(self, spec, n_envs, seed, device, async_envs=False, render_first=False):
-        render = lambda k: "rgb_array" if render_first and k == 0 else None  # noqa: E731
+        render = lambda k: "rgb_array" if render_first and k == 0 else None
         makers = [functools.partial(PettingZooEnv, spec, render(k)) for k in range(n_envs)]
         self.envs = (gymnasium.vector.AsyncVectorEnv if async_envs else gymnasium.vector.SyncVectorEnv)(makers)
         if async_envs:  # a worker's exception: raised here as one line, not logged by gymnasium first
@@ -1248,7 +1241,7 @@ def save_checkpoint(path, agent, value_norm, optimizer, args, global_step, **tra
 
 
 def write_file(path, data):
-    """Writes `data` whole or not at all, synced to the disk as databases do; a failed write is an OSError naming it."""
+    """Writes `data` whole or not at all, synced to the disk; a failed write is an OSError naming `path`."""
     try:
         with open(f"{path}.tmp", "wb") as file:
             file.write(data)
@@ -1268,7 +1261,7 @@ def write_file(path, data):
 
 
 def load_checkpoint(path, device):
-    """The checkpoint; a missing, unreadable or foreign file is one error line saying what it is."""
+    """The checkpoint; a missing, unreadable or foreign file is one error line."""
     this_script = os.path.basename(__file__)
     if not os.path.isfile(path):
         raise SystemExit(f"error: checkpoint not found: {path}")
@@ -1346,7 +1339,7 @@ def due(step, interval, since):
 
 
 def training_state(run: TrainingRun):
-    """What a training checkpoint holds besides the model, to go on exactly: the envs, the generators."""
+    """What a checkpoint holds besides the model, to go on exactly."""
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
     return {
         "progress": dataclasses.asdict(run.progress),
@@ -1413,7 +1406,7 @@ def check_args(args):
 
 
 def memory_estimate(spec, args):
-    """Bytes a run holds at its peak: floats per agent-step of a rollout, fitted to measured peaks (docs/speed.md)."""
+    """Peak bytes of a run: floats per agent-step of a rollout, fitted to measured peaks (docs/speed.md)."""
     n_agents = len(spec.agents)
     inputs = spec.obs_dim + spec.state_dim / n_agents  # floats of observation and state stored per agent-step
     state_type = args.state_type if spec.state_dim else "local"  # as `Agent` takes it
@@ -1456,7 +1449,7 @@ def setup_torch(args):
 
 
 def compiles(device):
-    """Whether Inductor can build on `device` (a trial kernel); where it cannot, one warning line says so."""
+    """Whether Inductor can build on `device` (a trial kernel); if not, one warning line."""
     try:
         torch.compile(lambda x: x + 1)(torch.zeros(1, device=device))
     except Exception as error:  # no C++ compiler (nor OpenMP, on macOS), or one that cannot build
@@ -1475,7 +1468,7 @@ def compile_for_device(agent, envs: VecEnv, device):
 
 
 def new_run_dir(base):
-    """Makes `base`, or `base_2`, `base_3`, ... where a run started in the same second took it."""
+    """Makes `base`, or `base_2`, ... if a run started in the same second took it."""
     os.makedirs(os.path.dirname(base), exist_ok=True)
     for n in itertools.count(1):
         with contextlib.suppress(FileExistsError):

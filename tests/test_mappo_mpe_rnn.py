@@ -148,7 +148,7 @@ def collect(agent, envs, buffer, T: int, first_rollout: bool):
     buffer.obs[0], buffer.state[0], buffer.alive[0], buffer.avail[0] = envs.observe()  # as main(): where the envs are
     actor_hidden, critic_hidden = buffer.actor_hidden, buffer.critic_hidden
     values, final_values, actor_hiddens = [], [], []
-    one_step = lambda x: x.unsqueeze(0)  # noqa: E731
+    one_step = lambda x: x.unsqueeze(0)
     for t in range(T):
         value, critic_next = agent.get_value(
             agent.critic_input(one_step(buffer.obs[t]), one_step(buffer.state[t])),

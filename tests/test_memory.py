@@ -92,7 +92,7 @@ def test_a_run_too_big_for_memory_is_one_error_line(script):
     module = importlib.import_module(script)
     args = module.Args(n_rollout_threads=10_000_000, total_timesteps=250_000_000)
     spec = module.get_env_spec(args.env_id, module.scenario_kwargs(args))
-    estimate = lambda n: module.memory_estimate(spec, module.Args(n_rollout_threads=n))  # noqa: E731
+    estimate = lambda n: module.memory_estimate(spec, module.Args(n_rollout_threads=n))
     weights = 2 * estimate(1000) - estimate(2000)  # and their gradients and Adam's moments: the same at any size
     small = estimate(1000) - weights
     assert module.memory_estimate(spec, args) - weights == pytest.approx(10_000 * small, rel=1e-6)

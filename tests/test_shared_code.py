@@ -449,8 +449,9 @@ def test_above_the_banner_only_the_algorithm(script):
     feature of the run's machinery lands below it; and `main` reaches that machinery through two names only, the
     training run and test mode."""
     source = open(os.path.join(ROOT, f"{script}.py")).read()
-    above, below = source.split("\n# " + "=" * 100 + "\n", 1)
-    top_level = lambda tree: [  # noqa: E731
+    above, banner, below = source.partition("\n# " + "=" * 30 + " Below:")
+    below = below.split("\n", 1)[1]
+    top_level = lambda tree: [
         name
         for node in tree.body
         for name in (
