@@ -376,7 +376,7 @@ class RolloutBuffer:
 def compute_gae(buffer, gamma, gae_lambda, team_reward):
     """Advantages and returns (T, n_envs, n_agents), truncations bootstrapped."""
     rewards, values, terminated, truncated = buffer.rewards, buffer.values, buffer.terminated, buffer.truncated
-    if team_reward:
+    if team_reward:  # every agent in the episode to its end, dead or not
         rewards = rewards.mean(dim=-1, keepdim=True).expand_as(rewards)
         ended = (terminated | truncated).all(dim=-1, keepdim=True)
         truncated = (ended & (truncated & ~terminated).any(dim=-1, keepdim=True)).expand_as(truncated)
@@ -568,11 +568,11 @@ def parse_args(argv=None):
     for start in [i + 1 for i, arg in enumerate(argv) if arg in ("--env-kwargs", "--env_kwargs")]:
         count = next((n for n, arg in enumerate(argv[start:]) if arg.startswith("--")), len(argv) - start)
         if count % 2:
-            raise SystemExit(f"error: --env-kwargs takes name-value pairs, not {count} values")
+            raise ErrorExit(f"--env-kwargs takes name-value pairs, not {count} values")
     chosen, _ = tyro.cli(Args, args=argv, return_unknown_args=True, add_help=False)
     for flag in {"--n-agents", "--max-cycles"} & {arg.split("=")[0].replace("_", "-") for arg in argv}:
         if chosen.env_id not in MPE_SCENARIOS:
-            raise SystemExit(f"error: {flag} is for MPE scenarios; use --env-kwargs with {chosen.env_id}")
+            raise ErrorExit(f"{flag} is for MPE scenarios; use --env-kwargs with {chosen.env_id}")
     settings = PRESETS[chosen.preset].get(chosen.env_id, {})
     if chosen.continuous_actions:
         settings = settings | CONTINUOUS_PRESETS[chosen.preset].get(chosen.env_id, {})
@@ -617,7 +617,7 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.eval_envs = PettingZooVecEnv(spec, episodes, args.seed, device, args.async_envs, video)
         run_dir = f"runs/{args.env_id.replace(':', '.')}__{args.exp_name}__{args.seed}__{int(time.time())}"
         self.run_dir = os.path.dirname(os.path.abspath(args.resume)) if args.resume else new_run_dir(run_dir)
-        self.progress = Progress(**checkpoint["progress"]) if checkpoint else Progress(iteration=0, global_step=0)
+        self.progress = Progress(**checkpoint["progress"]) if checkpoint else Progress()
         self.running_returns = torch.zeros(n_envs, len(spec.agents), device=device)
         self.writer = start_logging(self.run_dir, args, checkpoint and checkpoint["global_step"])
         self.signal, stops = None, (signal.SIGINT, signal.SIGTERM)
@@ -716,12 +716,12 @@ class TrainingRun(contextlib.AbstractContextManager):
         except OSError as fault:
             if fault.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
                 raise
-            line = f"error: {fault.filename or self.run_dir}: {fault.strerror}"
+            line = f"{fault.filename or self.run_dir}: {fault.strerror}"
             if kind is None and finished:  # after the final checkpoint
                 line += f"; the run is complete in {checkpoint}"
             elif os.path.isfile(checkpoint):
                 line += f"; {checkpoint} is kept: once that is mended, add --resume {self.run_dir}"
-            raise SystemExit(line) from None
+            raise ErrorExit(line) from None
         finally:
             self.request_stop(self.signal)
 
@@ -729,12 +729,12 @@ class TrainingRun(contextlib.AbstractContextManager):
         """An env's fault: one error line, the last update kept; a stop: how to go on; else a summary."""
         progress, run_dir, resume = self.progress, self.run_dir, f"--resume {self.run_dir}/checkpoint.pt"
         if isinstance(error, EnvError):
-            line = f"error: {error} at env step {progress.global_step:,}"
+            line = f"{error} at env step {progress.global_step:,}"
             if progress.iteration * self.args.batch > (self.checkpoint or {}).get("global_step", 0):
                 progress.global_step = progress.iteration * self.args.batch  # where the last update left it
                 self.save("checkpoint.pt", **training_state(self))
                 line += f"; the run up to step {progress.global_step:,} is kept: fix the env, add {resume}"
-            raise SystemExit(line) from None
+            raise ErrorExit(line) from None
         if kind is not None:
             raise error
         summary = f"run in {run_dir}, with checkpoint.pt"
@@ -787,11 +787,11 @@ def make_env(env_id, scenario, render_mode=None):
             raise TypeError(f"a module without parallel_env: name the env's class or function, as {module}:NAME")
         env = maker(**scenario, **rendering if render_mode else {})
     except Exception as e:  # a missing module or keyword, or the env's own error
-        raise SystemExit(f"error: --env-id {env_id}: cannot make an env of {module}: {e!r}") from None
+        raise ErrorExit(f"--env-id {env_id}: cannot make an env of {module}: {e!r}") from None
     if hasattr(env, "agent_iter") or not hasattr(env, "possible_agents"):  # an AEC env's agents act in turn
         found = "an AEC env" if hasattr(env, "agent_iter") else f"{type(env).__name__}, without possible_agents"
         needed = "a PettingZoo parallel env: a module's parallel_env, or pettingzoo.utils.aec_to_parallel(env)"
-        raise SystemExit(f"error: --env-id {env_id}: made {found}; the scripts take {needed}")
+        raise ErrorExit(f"--env-id {env_id}: made {found}; the scripts take {needed}")
     if render_mode is None and module.startswith("mpe2."):
         env.unwrapped.screen = None  # frees mpe2's 700x700 drawing surface (~2 MB)
     return env
@@ -830,8 +830,8 @@ def get_env_spec(env_id, scenario):
         (set(env.agents) != set(agents), "agents who join an episode after its start"),
     ]
     for what in [what for refused, what in unsupported if refused][:1]:
-        raise SystemExit(
-            f"error: --env-id {env_id}: unsupported {what}; the networks take Box or discrete observations of at most "
+        raise ErrorExit(
+            f"--env-id {env_id}: unsupported {what}; the networks take Box or discrete observations of at most "
             f"{MAX_INPUTS} numbers (an image wants a wrapper, e.g. SuperSuit's resize, in a module of your own for "
             "--env-id), all Discrete or all bounded 1-D Box actions, and every agent from the start of an episode"
         )
@@ -891,7 +891,7 @@ def probe_env(spec, env, first, state_space):
             problem = f"{e} once an agent left"
         if not spec.action_masks and any("action_mask" in info for info in infos.values()):  # not with reset()
             if spec.continuous:
-                raise SystemExit(f"error: --env-id {env_id}: unsupported action masks with Box actions")
+                raise ErrorExit(f"--env-id {env_id}: unsupported action masks with Box actions")
             spec = spec._replace(action_masks="info")
             print(f"warning: --env-id {env_id}: action masks in its step() infos only: all actions allowed at a reset")
         masks = read_masks(spec, observations, infos, np.isin(spec.agents, env.agents))
@@ -1044,7 +1044,7 @@ class BatchedMPE:
 
     def step(self, actions: Tensor) -> StepResult:
         if self.continuous and not torch.isfinite(actions).all():  # the one wait for the device, continuous only
-            raise SystemExit("error: the policy gave a continuous action that is NaN or infinite (it diverged)")
+            raise ErrorExit("the policy gave a continuous action that is NaN or infinite (it diverged)")
         rewards, final_obs, final_state = self.advance(actions)
         self.steps = self.steps + 1  # a new tensor: an earlier state_dict() stays as it was
         ended = self.steps >= self.max_cycles  # (n_envs,) on the CPU: the device hears of it only when one does
@@ -1133,6 +1133,13 @@ class BatchedMPE:
         self.generator.set_state(state["generator"].cpu())
 
 
+class ErrorExit(SystemExit):
+    """Exits with status 1 and the one line `error: {message}`."""
+
+    def __init__(self, message):
+        super().__init__(f"error: {message}")
+
+
 class EnvError(Exception):
     """An exception of the user's env, or a NaN or infinity it returned: one error line."""
 
@@ -1169,7 +1176,7 @@ class PettingZooEnv(gymnasium.Env):
         if self.env_spec.action_masks == "observation":
             observations = {agent: own["observation"] for agent, own in observations.items()}
         for i, (agent, space, size) in enumerate(zip(self.env_spec.agents, self.env_spec.obs_spaces, self.obs_sizes)):
-            if agent in observations:  # as gymnasium flattens it (a Discrete one one-hot)
+            if agent in observations:  # flattened as gymnasium does (Discrete: one-hot)
                 own = observations[agent]
                 if isinstance(space, gymnasium.spaces.Box):  # as gymnasium's flatten, without its dispatch: 5x faster
                     flat = np.asarray(own, space.dtype).ravel()
@@ -1321,7 +1328,7 @@ def load_checkpoint(path, device):
     """The checkpoint; a missing, unreadable or foreign file is one error line."""
     this_script = os.path.basename(__file__)
     if not os.path.isfile(path):
-        raise SystemExit(f"error: checkpoint not found: {path}")
+        raise ErrorExit(f"checkpoint not found: {path}")
     try:
         checkpoint = torch.load(path, map_location=device, weights_only=True)
     except Exception:
@@ -1331,12 +1338,12 @@ def load_checkpoint(path, device):
         what = "is a text file" if text else "is a binary file that torch.save did not write"
         if head.startswith(b"PK\x03\x04"):  # torch.save writes a zip archive
             what = "starts like a torch checkpoint but is truncated or damaged"
-        raise SystemExit(f"error: {path} {what if head else 'is empty'}; expected a {this_script} checkpoint") from None
+        raise ErrorExit(f"{path} {what if head else 'is empty'}; expected a {this_script} checkpoint") from None
     keys = {"script", "agent", "value_norm", "optimizer", "args", "global_step"}
     if not isinstance(checkpoint, dict) or not keys <= set(checkpoint):
-        raise SystemExit(f"error: {path} is a torch file but not a checkpoint of these scripts; expected {this_script}")
+        raise ErrorExit(f"{path} is a torch file but not a checkpoint of these scripts; expected {this_script}")
     if checkpoint["script"] != this_script:
-        raise SystemExit(f"error: {path} is a {checkpoint['script']} checkpoint, this is {this_script}")
+        raise ErrorExit(f"{path} is a {checkpoint['script']} checkpoint, this is {this_script}")
     return checkpoint
 
 
@@ -1346,7 +1353,7 @@ def restore(checkpoint, agent, value_norm, optimizer, path):
         value_norm.load_state_dict(checkpoint["value_norm"])
         optimizer.load_state_dict(checkpoint["optimizer"])
     except (RuntimeError, ValueError, KeyError) as e:
-        raise SystemExit(f"error: checkpoint {path} does not fit this model: {' '.join(str(e).split()[:40])}") from None
+        raise ErrorExit(f"checkpoint {path} does not fit this model: {' '.join(str(e).split()[:40])}") from None
 
 
 # Flags that do not change what a run learns: a resumed run may set them anew.
@@ -1359,9 +1366,9 @@ RUN_CONTROL_ARGS = frozenset(
 
 def check_resume(args, checkpoint):
     if "progress" not in checkpoint:
-        raise SystemExit(f"error: {args.resume} holds a model only; --resume takes the checkpoint.pt of a run folder")
+        raise ErrorExit(f"{args.resume} holds a model only; --resume takes the checkpoint.pt of a run folder")
     if "env" not in checkpoint or "next_step" in checkpoint["progress"]:  # worker processes, or a saved schedule
-        raise SystemExit(f"error: {args.resume} was written by an earlier version of {checkpoint['script']}: no resume")
+        raise ErrorExit(f"{args.resume} was written by an earlier version of {checkpoint['script']}: no resume")
     run_control = RUN_CONTROL_ARGS - ({"total_timesteps"} if args.linear_lr_decay else set())
     saved = checkpoint["args"]
     differing = [
@@ -1370,20 +1377,20 @@ def check_resume(args, checkpoint):
         if name not in run_control and saved.get(name, value) != value
     ]
     if differing:
-        raise SystemExit(f"error: {args.resume} was trained with other settings: {', '.join(differing)}")
+        raise ErrorExit(f"{args.resume} was trained with other settings: {', '.join(differing)}")
     batch, progress = args.batch, checkpoint["progress"]
     final_owed = progress["eval_step"] < progress["global_step"] == args.total_timesteps // batch * batch
     if checkpoint["global_step"] + batch > args.total_timesteps and not final_owed:
-        raise SystemExit(
-            f"error: {args.resume} is at step {checkpoint['global_step']:,} already; "
+        raise ErrorExit(
+            f"{args.resume} is at step {checkpoint['global_step']:,} already; "
             f"give a larger --total-timesteps than {args.total_timesteps:,} to go on"
         )
 
 
 @dataclass
 class Progress:
-    iteration: int
-    global_step: int
+    iteration: int = 0
+    global_step: int = 0
     best_eval: float = -np.inf
     eval_return: float = float("nan")
     eval_step: int = 0  # where it was: one that an env fault stopped is due again after a resume
@@ -1433,35 +1440,33 @@ def check_args(args):
     for what, ok, names in rules:  # first: the checks below divide by some of them
         for name in names.split():
             if hasattr(args, name) and not ok(getattr(args, name)):
-                raise SystemExit(f"error: --{name.replace('_', '-')} must be {what}, not {getattr(args, name)}")
-    batch, problems = args.batch, []
+                raise ErrorExit(f"--{name.replace('_', '-')} must be {what}, not {getattr(args, name)}")
+    batch = args.batch
     if args.resume is not None and args.eval_checkpoint is not None:
-        problems.append("--resume and --eval-checkpoint exclude each other: one trains on, the other only evaluates")
+        raise ErrorExit("--resume and --eval-checkpoint exclude each other: one trains on, the other only evaluates")
     if args.track and os.environ.get("WANDB_MODE") not in ("offline", "dryrun", "disabled"):  # a key, no network
         try:
             why = "" if importlib.import_module("wandb").login(prompt=False, verify=False) else "none found"
         except Exception as error:  # a malformed key
             why = first_line(error)
         if why:
-            problems.append(f"--track needs a W&B API key ({why}): run `wandb login`, or set WANDB_MODE=offline")
+            raise ErrorExit(f"--track needs a W&B API key ({why}): run `wandb login`, or set WANDB_MODE=offline")
     if args.capture_video and importlib.util.find_spec("imageio_ffmpeg") is None:
-        problems.append("--capture-video needs imageio-ffmpeg to write mp4 files (pip install imageio-ffmpeg)")
+        raise ErrorExit("--capture-video needs imageio-ffmpeg to write mp4 files (pip install imageio-ffmpeg)")
     if args.env_id != "simple_spread_v3" and args.sort_entities:
-        problems.append(f"--sort-entities applies to simple_spread_v3 only, not {args.env_id}")
+        raise ErrorExit(f"--sort-entities applies to simple_spread_v3 only, not {args.env_id}")
     if args.nearest_k and args.env_id != "simple_spread_v3":
-        problems.append(f"--nearest-k applies to simple_spread_v3 only, not {args.env_id}")
+        raise ErrorExit(f"--nearest-k applies to simple_spread_v3 only, not {args.env_id}")
     if args.eval_n_agents and args.eval_checkpoint is None:
-        problems.append("--eval-n-agents is for test mode: add --eval-checkpoint")
+        raise ErrorExit("--eval-n-agents is for test mode: add --eval-checkpoint")
     if args.env_id in MPE_SCENARIOS and (args.env_kwargs or args.async_envs):
-        problems.append("--env-kwargs and --async-envs apply to envs given by import path, not to MPE scenarios")
+        raise ErrorExit("--env-kwargs and --async-envs apply to envs given by import path, not to MPE scenarios")
     if batch % args.num_mini_batch != 0:
-        problems.append(f"--num-mini-batch {args.num_mini_batch} does not divide the rollout of {batch} env steps")
+        raise ErrorExit(f"--num-mini-batch {args.num_mini_batch} does not divide the rollout of {batch} env steps")
     if args.eval_checkpoint is None and args.total_timesteps < batch:
-        problems.append(f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} env steps)")
+        raise ErrorExit(f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} env steps)")
     if args.n_embd % args.n_head != 0:
-        problems.append(f"--n-head {args.n_head} does not divide --n-embd {args.n_embd}")
-    if problems:
-        raise SystemExit(f"error: {problems[0]}")
+        raise ErrorExit(f"--n-head {args.n_head} does not divide --n-embd {args.n_embd}")
 
 
 def memory_estimate(spec, args):
@@ -1485,8 +1490,8 @@ def check_memory(spec, args, device):
     else:
         return
     if (need := 1.2 * memory_estimate(spec, args)) > free:
-        raise SystemExit(
-            f"error: this run needs about {need / 2**30:.1f} GiB (rollout buffer, update, allocator), more than the "
+        raise ErrorExit(
+            f"this run needs about {need / 2**30:.1f} GiB (rollout buffer, update, allocator), more than the "
             f"{free / 2**30:.1f} GiB free on {device.type}; use fewer --n-rollout-threads or more --num-mini-batch"
         )
 
@@ -1581,7 +1586,7 @@ def run_evaluation_only(args):
     keep += ["eval_sample"] * args.eval_sample  # sampled where the checkpoint's run or this command says so
     args = dataclasses.replace(Args(**saved), **{k: v for k, v in vars(args).items() if k in keep})
     if args.eval_n_agents and not args.nearest_k:
-        raise SystemExit(f"error: --eval-n-agents needs a checkpoint trained with --nearest-k: {args.eval_checkpoint}")
+        raise ErrorExit(f"--eval-n-agents needs a checkpoint trained with --nearest-k: {args.eval_checkpoint}")
     args = dataclasses.replace(args, n_agents=args.eval_n_agents or args.n_agents)
     spec = get_env_spec(args.env_id, scenario_kwargs(args))
     envs = PettingZooVecEnv(spec, args.n_eval_episodes, args.seed, device, args.async_envs, args.capture_video)
@@ -1646,4 +1651,4 @@ if __name__ == "__main__":
     try:
         main(parse_args())
     except (EnvError, OSError) as error:  # before a training run's first update, or in test mode: nothing to keep
-        raise SystemExit(f"error: {error}") from None
+        raise ErrorExit(error) from None
