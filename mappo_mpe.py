@@ -39,9 +39,8 @@ from torch.utils.tensorboard import SummaryWriter
 
 @dataclass
 class Hyperparameters:
-    """The task and the algorithm (the run's other flags: `Args`)."""
+    """The task and the algorithm; `Args` adds the run's flags."""
 
-    # Environment
     env_id: str = "simple_spread_v3"
     """an MPE scenario, or a PettingZoo parallel env's import path (my_env:MyEnv)"""
     n_agents: int = 3
@@ -49,7 +48,7 @@ class Hyperparameters:
     sort_entities: bool = False
     """spread: landmarks and other agents ordered nearest first"""
     nearest_k: int = 0
-    """spread: the actor sees the K nearest landmarks and K - 1 agents; 0: all"""
+    """spread: the actor sees the K nearest landmarks and K - 1 others; 0: all"""
     max_cycles: int = 25
     """MPE: steps per episode"""
     continuous_actions: bool = False
@@ -57,7 +56,6 @@ class Hyperparameters:
     n_rollout_threads: int = 32
     """parallel environments"""
 
-    # Algorithm
     preset: Literal["tuned", "official"] = "tuned"
     """per-scenario settings (PRESETS): tuned on mpe2, or the official code's"""
     total_timesteps: int = 2_000_000
@@ -83,7 +81,7 @@ class Hyperparameters:
     vf_coef: float = 1.0
     """value loss coefficient"""
     max_grad_norm: float = 10.0
-    """gradient norm clip, actor and critic each"""
+    """gradient norm clip per actor and critic"""
     hidden_size: int = 64
     """width of the hidden layers"""
     activation: Literal["tanh", "relu"] = "tanh"
@@ -134,7 +132,7 @@ def layer_init(layer, gain: float = np.sqrt(2)):
 
 
 def mlp(in_dim, args):
-    """The official MAPPO trunk: [LayerNorm] -> 2 x (Linear, activation, LayerNorm), orthogonal init."""
+    """The official MAPPO trunk: [LayerNorm], then 2 x (Linear, activation, LayerNorm)."""
     hidden = args.hidden_size
     act, gain = {"tanh": nn.Tanh, "relu": nn.ReLU}[args.activation], nn.init.calculate_gain(args.activation)
     layers = [nn.LayerNorm(in_dim)] if args.feature_norm else []
@@ -242,7 +240,7 @@ class Agent(nn.Module):
 
 
 class ValueNorm(nn.Module):
-    """Running mean and variance of the returns, debiased as in official MAPPO."""
+    """Running mean and variance of the returns, debiased (official MAPPO)."""
 
     def __init__(self, enabled=True, beta=0.99999, epsilon=1e-5, min_var=1e-2):
         super().__init__()
@@ -260,7 +258,7 @@ class ValueNorm(nn.Module):
 
     @torch.no_grad()
     def update(self, x: Tensor, steps=1):
-        """`steps` updates on x at once (one a minibatch, as the official codes)."""
+        """`steps` updates at once (the official codes make one per minibatch)."""
         if not self.enabled:
             return
         decay = self.beta**steps
@@ -318,7 +316,7 @@ class RolloutBuffer:
 def compute_gae(buffer, gamma, gae_lambda, team_reward):
     """Advantages and returns (T, n_envs, n_agents), truncations bootstrapped."""
     rewards, values, terminated, truncated = buffer.rewards, buffer.values, buffer.terminated, buffer.truncated
-    if team_reward:  # every agent in the episode to its end, dead or not
+    if team_reward:  # the team's mean reward, each agent to the episode's end
         rewards = rewards.mean(dim=-1, keepdim=True).expand_as(rewards)
         ended = (terminated | truncated).all(dim=-1, keepdim=True)
         truncated = (ended & (truncated & ~terminated).any(dim=-1, keepdim=True)).expand_as(truncated)
@@ -368,7 +366,7 @@ def minibatch_indices(batch_size, num_mini_batch, device):
 def ppo_step(agent, optimizer, batch, args):
     """One gradient step; its statistics stay tensors (nothing waits on the device)."""
     actor_in, critic_in, alive, actions, old_logprobs, avail, advantages, old_values, returns = batch
-    dist = agent.get_dist(actor_in, avail)  # under the masks the actions were drawn with
+    dist = agent.get_dist(actor_in, avail)  # the masks the actions were drawn under
     policy_loss, pg_stats = policy_loss_fn(dist.log_prob(actions), old_logprobs, advantages, alive, args.clip)
     entropy = masked_mean(dist.entropy(), alive)
     value_loss = value_loss_fn(agent.get_value(critic_in), old_values, returns, alive, args)
@@ -464,7 +462,7 @@ class Args(Hyperparameters):
     n_training_threads: int = 0
     """torch threads on the CPU; 0: half the cores"""
     compile: bool = False
-    """torch.compile acting and the env step; on a GPU (default) the update too, graphed"""
+    """torch.compile acting and the env step; default on a GPU, the update too, graphed"""
     track: bool = False
     """track the run with Weights and Biases"""
     wandb_project_name: str = "mappo-mpe"
@@ -478,7 +476,7 @@ class Args(Hyperparameters):
     eval_checkpoint: str | None = None
     """test mode: evaluate this checkpoint, train nothing"""
     eval_n_agents: int = 0
-    """test mode: a --nearest-k checkpoint's team size (0: as trained)"""
+    """test mode: play a --nearest-k model with N agents (0: as trained)"""
     resume: str | None = None
     """go on exactly with the run of this checkpoint (or run folder)"""
     checkpoint_interval: int = 0
@@ -701,7 +699,7 @@ class EnvSpec(NamedTuple):
     obs_dim: int  # largest flattened observation (others zero-padded)
     action_dim: int  # largest action space or vector
     state_dim: int  # 0: none (no state, and the observations joined would not fit)
-    avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's own
+    avail_actions: np.ndarray  # (n_agents, action_dim) bool: the actions each agent has
     continuous: bool  # actions in the unit box [0, 1]^action_dim
     action_masks: str  # where the masks are: "info", "observation", "" (none)
     has_state: bool  # env.state(); else the observations joined
@@ -1412,18 +1410,17 @@ def check_args(args):
 
 def memory_estimate(spec, args):
     """Peak bytes of a run: floats per agent-step of a rollout, fitted to measured peaks (docs/speed.md)."""
-    n_agents = len(spec.agents)
+    with torch.device("meta"):  # the model's size without its memory: weights, gradients, Adam's two moments
+        agent = build_agent(spec, args, torch.device("meta"))[0]
+    n_agents, state_type = len(spec.agents), agent.state_type  # local without a state, whatever the flag
     inputs = spec.obs_dim + spec.state_dim / n_agents  # floats of observation and state stored per agent-step
-    state_type = args.state_type if spec.state_dim else "local"  # as `Agent` takes it
-    rows = 1 if state_type == "EP" else n_agents  # critic rows per env: FP, AS, local add the id, AS and local the obs
+    rows = 1 if state_type == "EP" else n_agents  # critic rows per env; FP/AS/local add ids, AS/local obs
     own = (state_type in ("AS", "local")) * spec.obs_dim - (state_type == "local") * spec.state_dim
     extra = rows * (spec.state_dim + (rows > 1) * n_agents + own) - spec.state_dim
     critic = (3 * extra + 2 * args.hidden_size * (rows - 1)) / n_agents  # more inputs and activations than EP's
     per_agent_step = 4 * inputs + critic + 2 * args.hidden_size  # then one minibatch's, with the actor's joined ids
     per_agent_step += (2 * args.hidden_size + 250 + 2.5 * args.use_agent_id * n_agents) / args.num_mini_batch
-    with torch.device("meta"):  # the model's size without its memory: weights, gradients, Adam's two moments
-        weights = 16 * sum(p.numel() for p in build_agent(spec, args, torch.device("meta"))[0].parameters())
-    return int(4 * args.batch * n_agents * per_agent_step + weights)
+    return int(4 * args.batch * n_agents * per_agent_step + 16 * sum(p.numel() for p in agent.parameters()))
 
 
 def check_memory(spec, args, device):

@@ -40,9 +40,8 @@ from torch.utils.tensorboard import SummaryWriter
 
 @dataclass
 class Hyperparameters:
-    """The task and the algorithm (the run's other flags: `Args`)."""
+    """The task and the algorithm; `Args` adds the run's flags."""
 
-    # Environment
     env_id: str = "simple_spread_v3"
     """an MPE scenario, or a PettingZoo parallel env's import path (my_env:MyEnv)"""
     n_agents: int = 3
@@ -50,7 +49,7 @@ class Hyperparameters:
     sort_entities: bool = False
     """spread: landmarks and other agents ordered nearest first"""
     nearest_k: int = 0
-    """spread: the actor sees the K nearest landmarks and K - 1 agents; 0: all"""
+    """spread: the actor sees the K nearest landmarks and K - 1 others; 0: all"""
     max_cycles: int = 25
     """MPE: steps per episode"""
     continuous_actions: bool = False
@@ -58,7 +57,6 @@ class Hyperparameters:
     n_rollout_threads: int = 32
     """parallel environments"""
 
-    # Algorithm
     preset: Literal["tuned", "official"] = "tuned"
     """per-scenario settings (PRESETS): tuned on mpe2, or the official code's"""
     total_timesteps: int = 2_000_000
@@ -84,9 +82,9 @@ class Hyperparameters:
     vf_coef: float = 1.0
     """value loss coefficient"""
     max_grad_norm: float = 10.0
-    """gradient norm clip, actor and critic each"""
+    """gradient norm clip per actor and critic"""
     hidden_size: int = 64
-    """width of the hidden layers and the GRUs"""
+    """width of the hidden layers and GRUs"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden-layer activation"""
     use_valuenorm: bool = True
@@ -135,7 +133,7 @@ def layer_init(layer, gain: float = np.sqrt(2)):
 
 
 def mlp(in_dim, args):
-    """The official MAPPO trunk: [LayerNorm] -> 2 x (Linear, activation, LayerNorm), orthogonal init."""
+    """The official MAPPO trunk: [LayerNorm], then 2 x (Linear, activation, LayerNorm)."""
     hidden = args.hidden_size
     act, gain = {"tanh": nn.Tanh, "relu": nn.ReLU}[args.activation], nn.init.calculate_gain(args.activation)
     layers = [nn.LayerNorm(in_dim)] if args.feature_norm else []
@@ -145,7 +143,7 @@ def mlp(in_dim, args):
 
 
 def gru_over_sequence(gru: nn.GRU, x: Tensor, hidden: Tensor, starts: Tensor) -> Tensor:
-    """Hidden states (L, N, H) after each step of x (L, N, in_dim) from hidden (N, H), zeroed where `starts` (L, N)."""
+    """Hidden states (L, N, H) after each step of x (L, N, in_dim) from hidden (N, H), zeroed at `starts` (L, N)."""
     L = x.shape[0]
     cuts = [0, *(torch.nonzero(starts[1:].any(dim=1)).flatten() + 1).tolist(), L]
     keep = (~starts).unsqueeze(-1).to(x.dtype)  # (L, N, 1)
@@ -173,7 +171,7 @@ class RecurrentNet(nn.Module):
         """x (L, B, R, in_dim), hidden (B, R, H), starts (L, B) -> (L, B, R, out_dim), hidden states (L, B, R, H)."""
         L, B, R, _ = x.shape
         features = self.trunk(x).view(L, B * R, -1)
-        row_starts = starts.repeat_interleave(R, dim=1)  # (L, B * R): all rows of an env start together
+        row_starts = starts.repeat_interleave(R, dim=1)  # (L, B * R): an env's rows start together
         hiddens = gru_over_sequence(self.gru, features, hidden.reshape(B * R, -1), row_starts).view(L, B, R, -1)
         return self.out(self.norm(hiddens)), hiddens
 
@@ -233,7 +231,7 @@ class Agent(nn.Module):
         self.hidden_shapes = ((n_agents, args.hidden_size), (critic_rows, args.hidden_size))
 
     def initial_hidden(self, n_envs) -> tuple[Tensor, Tensor]:
-        """Zero hidden states: actors (n_envs, n_agents, H), critic (n_envs, critic rows, H)."""
+        """Zero hidden states: actors (n_envs, n_agents, H), critic (n_envs, rows, H)."""
         return tuple(torch.zeros(n_envs, *shape, device=self.agent_ids.device) for shape in self.hidden_shapes)
 
     def critic_input(self, obs: Tensor, state: Tensor) -> Tensor:
@@ -271,7 +269,7 @@ class Agent(nn.Module):
         return action_distribution(out, avail, self.actor_std_logit), hiddens
 
     def act(self, obs, avail, hidden: Tensor, starts: Tensor, deterministic=False):
-        """One step: actions, log-probs (B, n_agents), the next hidden state; `starts` (B,): an episode begins."""
+        """One step: actions, log-probs (B, n_agents), next hidden state; `starts` (B,): episode starts."""
         dist, hiddens = self.get_dist(self.actor_input(obs[None]), avail[None], hidden, starts[None])
         action = dist.mode if deterministic else dist.sample()
         return action[0], dist.log_prob(action)[0], hiddens[0]
@@ -281,7 +279,7 @@ class Agent(nn.Module):
 
 
 class ValueNorm(nn.Module):
-    """Running mean and variance of the returns, debiased as in official MAPPO."""
+    """Running mean and variance of the returns, debiased (official MAPPO)."""
 
     def __init__(self, enabled=True, beta=0.99999, epsilon=1e-5, min_var=1e-2):
         super().__init__()
@@ -299,7 +297,7 @@ class ValueNorm(nn.Module):
 
     @torch.no_grad()
     def update(self, x: Tensor, steps=1):
-        """`steps` updates on x at once (one a minibatch, as the official codes)."""
+        """`steps` updates at once (the official codes make one per minibatch)."""
         if not self.enabled:
             return
         decay = self.beta**steps
@@ -320,7 +318,7 @@ class ValueNorm(nn.Module):
 
 
 class RolloutBuffer:
-    """One rollout (index t: the input at t, what acting on it gave), hidden states before step 0."""
+    """One rollout (index t: the input at t, what acting on it gave) and its first hidden states."""
 
     def __init__(self, T, n_envs, spec: EnvSpec, device, hidden: tuple[Tensor, ...]):
         n_agents = len(spec.agents)
@@ -351,14 +349,14 @@ class RolloutBuffer:
 
     @torch.no_grad()
     def compute_values(self, agent, value_norm):
-        """The values: the critic over T + 1 inputs, and one step on from each final input."""
+        """Values: the critic over T + 1 inputs; final input t, one step from hidden state t."""
         values, hiddens = agent.get_value(agent.critic_input(self.obs, self.state), self.critic_hidden, self.starts)
         self.values[:] = value_norm.denormalize(values)
         no_starts = torch.zeros_like(self.starts[1:]).flatten()[None]  # (1, T * n_envs)
         final_input = agent.critic_input(self.final_obs.flatten(0, 1)[None], self.final_state.flatten(0, 1)[None])
         final_values, _ = agent.get_value(final_input, hiddens[:-1].flatten(0, 1), no_starts)
         self.final_values[:] = value_norm.denormalize(final_values).view_as(self.final_values)
-        self.next_critic_hidden = hiddens[-2]  # before obs[T], the next rollout's first input
+        self.next_critic_hidden = hiddens[-2]  # before obs[T]: the next rollout's start
 
     def start_next_rollout(self, actor_hidden: Tensor):
         self.starts[0] = self.starts[-1]
@@ -368,7 +366,7 @@ class RolloutBuffer:
 def compute_gae(buffer, gamma, gae_lambda, team_reward):
     """Advantages and returns (T, n_envs, n_agents), truncations bootstrapped."""
     rewards, values, terminated, truncated = buffer.rewards, buffer.values, buffer.terminated, buffer.truncated
-    if team_reward:  # every agent in the episode to its end, dead or not
+    if team_reward:  # the team's mean reward, each agent to the episode's end
         rewards = rewards.mean(dim=-1, keepdim=True).expand_as(rewards)
         ended = (terminated | truncated).all(dim=-1, keepdim=True)
         truncated = (ended & (truncated & ~terminated).any(dim=-1, keepdim=True)).expand_as(truncated)
@@ -418,7 +416,7 @@ def minibatch_indices(batch_size, num_mini_batch, device):
 def ppo_step(agent, optimizer, batch, args):
     """One gradient step; its statistics stay tensors (nothing waits on the device)."""
     actor_in, critic_in, alive, actions, old_logprobs, avail, advantages, old_values, returns, starts, hiddens = batch
-    dist, _ = agent.get_dist(actor_in, avail, hiddens[0], starts)  # under the masks the actions were drawn with
+    dist, _ = agent.get_dist(actor_in, avail, hiddens[0], starts)  # the masks the actions were drawn under
     policy_loss, pg_stats = policy_loss_fn(dist.log_prob(actions), old_logprobs, advantages, alive, args.clip)
     entropy = masked_mean(dist.entropy(), alive)
     value_loss = value_loss_fn(agent.get_value(critic_in, hiddens[1], starts)[0], old_values, returns, alive, args)
@@ -433,7 +431,7 @@ def ppo_step(agent, optimizer, batch, args):
 
 
 def ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args):
-    """`ppo_epoch` passes of minibatches of whole envs, their sequences replayed through the GRUs."""
+    """`ppo_epoch` passes of minibatches of whole envs, sequences replayed through the GRUs."""
     old_values = value_norm.normalize(buffer.values[:-1])  # the clip's centre
     learned = returns[buffer.alive[:-1] | args.team_reward]  # as value_loss_fn counts them
     value_norm.update(learned, steps=args.ppo_epoch * args.num_mini_batch)
@@ -530,7 +528,7 @@ class Args(Hyperparameters):
     eval_checkpoint: str | None = None
     """test mode: evaluate this checkpoint, train nothing"""
     eval_n_agents: int = 0
-    """test mode: a --nearest-k checkpoint's team size (0: as trained)"""
+    """test mode: play a --nearest-k model with N agents (0: as trained)"""
     resume: str | None = None
     """go on exactly with the run of this checkpoint (or run folder)"""
     checkpoint_interval: int = 0
@@ -744,7 +742,7 @@ class EnvSpec(NamedTuple):
     obs_dim: int  # largest flattened observation (others zero-padded)
     action_dim: int  # largest action space or vector
     state_dim: int  # 0: none (no state, and the observations joined would not fit)
-    avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's own
+    avail_actions: np.ndarray  # (n_agents, action_dim) bool: the actions each agent has
     continuous: bool  # actions in the unit box [0, 1]^action_dim
     action_masks: str  # where the masks are: "info", "observation", "" (none)
     has_state: bool  # env.state(); else the observations joined
@@ -1465,18 +1463,17 @@ def check_args(args):
 
 def memory_estimate(spec, args):
     """Peak bytes of a run: floats per agent-step of a rollout, fitted to measured peaks (docs/speed.md)."""
-    n_agents = len(spec.agents)
+    with torch.device("meta"):  # the model's size without its memory: weights, gradients, Adam's two moments
+        agent = build_agent(spec, args, torch.device("meta"))[0]
+    n_agents, state_type = len(spec.agents), agent.state_type  # local without a state, whatever the flag
     inputs = spec.obs_dim + spec.state_dim / n_agents  # floats of observation and state stored per agent-step
-    state_type = args.state_type if spec.state_dim else "local"  # as `Agent` takes it
-    rows = 1 if state_type == "EP" else n_agents  # critic rows per env: FP, AS, local add the id, AS and local the obs
+    rows = 1 if state_type == "EP" else n_agents  # critic rows per env; FP/AS/local add ids, AS/local obs
     own = (state_type in ("AS", "local")) * spec.obs_dim - (state_type == "local") * spec.state_dim
     extra = rows * (spec.state_dim + (rows > 1) * n_agents + own) - spec.state_dim
     critic = (3 * extra + 15 * args.hidden_size * (rows - 1)) / n_agents  # more inputs and activations than EP's
     per_agent_step = 4 * inputs + critic + 5 * args.hidden_size  # then one minibatch's, with the actor's joined ids
     per_agent_step += (14 * args.hidden_size + 250 + 1.5 * args.use_agent_id * n_agents) / args.num_mini_batch
-    with torch.device("meta"):  # the model's size without its memory: weights, gradients, Adam's two moments
-        weights = 16 * sum(p.numel() for p in build_agent(spec, args, torch.device("meta"))[0].parameters())
-    return int(4 * args.batch * n_agents * per_agent_step + weights)
+    return int(4 * args.batch * n_agents * per_agent_step + 16 * sum(p.numel() for p in agent.parameters()))
 
 
 def check_memory(spec, args, device):

@@ -1,8 +1,8 @@
-"""The Multi-Agent Transformer (MAT, Wen et al., 2022) with a centralized critic on the environment's state.
+"""The Multi-Agent Transformer (MAT, Wen et al., 2022) with a centralized critic on the env's state.
 
 `mat_mpe.py` with one change: the values come from `mappo_mpe.py`'s EP critic (an MLP once per env, a value head per
 agent) on `env.state()` and the encoder's representations, not from the encoder (the official MAT zeroes its state
-input: MAT issues #8 and #30). The value loss trains the encoder through the critic, as in MAT.
+input: MAT issues #8 and #30); the value loss trains the encoder through it.
 
     python mat_mpe_ep_critic.py  # simple_spread_v3, 3 agents, tuned on mpe2
     python mat_mpe_ep_critic.py --env-id simple_speaker_listener_v4  # tuned for that scenario
@@ -41,9 +41,8 @@ from torch.utils.tensorboard import SummaryWriter
 
 @dataclass
 class Hyperparameters:
-    """The task and the algorithm (the run's other flags: `Args`)."""
+    """The task and the algorithm; `Args` adds the run's flags."""
 
-    # Environment
     env_id: str = "simple_spread_v3"
     """an MPE scenario, or a PettingZoo parallel env's import path (my_env:MyEnv)"""
     n_agents: int = 3
@@ -51,7 +50,7 @@ class Hyperparameters:
     sort_entities: bool = False
     """spread: landmarks and other agents ordered nearest first"""
     nearest_k: int = 0
-    """spread: the encoder sees the K nearest landmarks and K - 1 agents; 0: all"""
+    """spread: the encoder sees the K nearest landmarks and K - 1 others; 0: all"""
     max_cycles: int = 25
     """MPE: steps per episode"""
     continuous_actions: bool = False
@@ -59,7 +58,6 @@ class Hyperparameters:
     n_rollout_threads: int = 32
     """parallel environments"""
 
-    # Algorithm
     preset: Literal["tuned", "official"] = "tuned"
     """per-scenario settings (PRESETS): tuned on mpe2, or the official code's"""
     total_timesteps: int = 2_000_000
@@ -67,7 +65,7 @@ class Hyperparameters:
     episode_length: int = 25
     """steps per environment per rollout"""
     lr: float = 7e-4
-    """learning rate"""
+    """learning rate of the transformer"""
     critic_lr: float = 7e-4
     """learning rate of the critic"""
     linear_lr_decay: bool = False
@@ -87,17 +85,17 @@ class Hyperparameters:
     vf_coef: float = 1.0
     """value loss coefficient"""
     max_grad_norm: float = 10.0
-    """gradient norm clip, transformer and critic each"""
+    """gradient norm clip per transformer and critic"""
     n_block: int = 1
-    """transformer blocks of the encoder and the decoder"""
+    """transformer blocks per encoder and decoder"""
     n_embd: int = 64
     """width of the token embeddings"""
     n_head: int = 1
     """attention heads; must divide n_embd"""
     hidden_size: int = 64
-    """width of the critic's hidden layers"""
+    """the critic's hidden width"""
     activation: Literal["tanh", "relu"] = "tanh"
-    """the critic's hidden-layer activation"""
+    """the critic's activation"""
     feature_norm: bool = True
     """LayerNorm on the critic's input"""
     use_valuenorm: bool = True
@@ -136,7 +134,7 @@ def layer_init(layer, gain: float = np.sqrt(2)):
 
 
 def mlp(in_dim, args):
-    """The official MAPPO trunk: [LayerNorm] -> 2 x (Linear, activation, LayerNorm), orthogonal init."""
+    """The official MAPPO trunk: [LayerNorm], then 2 x (Linear, activation, LayerNorm)."""
     hidden = args.hidden_size
     act, gain = {"tanh": nn.Tanh, "relu": nn.ReLU}[args.activation], nn.init.calculate_gain(args.activation)
     layers = [nn.LayerNorm(in_dim)] if args.feature_norm else []
@@ -190,7 +188,7 @@ class EncodeBlock(nn.Module):
 
 
 class DecodeBlock(nn.Module):
-    """Agent i's representation attends to the action tokens of agents 0..i - 1."""
+    """Agent i's representation attends to the start token and agents 0..i-1's actions."""
 
     def __init__(self, n_embd, n_head):
         super().__init__()
@@ -250,7 +248,7 @@ class MultiAgentTransformer(nn.Module):
             nn.LayerNorm(in_dim), layer_init(nn.Linear(in_dim, n_embd)), nn.GELU(), nn.LayerNorm(n_embd)
         )
         self.encoder_blocks = nn.Sequential(*(EncodeBlock(n_embd, args.n_head) for _ in range(args.n_block)))
-        # agent 0's decoder input: zeros (continuous), or a one-hot in slot 0
+        # agent 0's input: zeros (continuous) or a one-hot in slot 0
         self.register_buffer("start_token", F.pad(torch.ones(int(not spec.continuous)), (0, spec.action_dim)))
         self.action_encoder = nn.Sequential(
             layer_init(nn.Linear(len(self.start_token), n_embd, bias=False)), nn.GELU(), nn.LayerNorm(n_embd)
@@ -258,12 +256,11 @@ class MultiAgentTransformer(nn.Module):
         self.decoder_blocks = nn.ModuleList(DecodeBlock(n_embd, args.n_head) for _ in range(args.n_block))
         self.action_head = head(n_embd, spec.action_dim)
         self.std_logit = nn.Parameter(torch.full((spec.action_dim,), 2.0)) if spec.continuous else None  # std 0.88
-        # mappo_mpe.py's EP critic on the state and the representations; with no state, on each agent's
+        # mappo_mpe.py's EP critic on state and representations; with no state, on each agent's
         critic_in = spec.state_dim + n_agents * n_embd if spec.state_dim else n_embd
         self.critic = mlp_net(critic_in, n_agents if spec.state_dim else 1, 1.0, args)
 
     def agent_inputs(self, obs):
-        """Observations (entities sorted) with the agents' one-hot ids."""
         ids = self.agent_ids.expand(len(obs), -1, -1)
         obs = sort_entities(obs, self.entities)
         if self.obs_columns is not None:  # the nearest K of each kind, zero-padded
@@ -275,11 +272,10 @@ class MultiAgentTransformer(nn.Module):
         return self.encoder_blocks(self.obs_encoder(x))
 
     def get_value(self, obs, state):
-        """(B, n_agents) normalized values of the observations and the state."""
+        """Normalized values (B, n_agents) of observations and state."""
         return self.critic_value(self.encode(self.agent_inputs(obs)), state)
 
     def critic_value(self, obs_rep, state):
-        """Values from the state and the representations."""
         if not state.shape[-1]:
             return self.critic(obs_rep).flatten(1)
         if self.entities:  # spread's state: the observations joined
@@ -287,7 +283,7 @@ class MultiAgentTransformer(nn.Module):
         return self.critic(torch.cat([state, obs_rep.flatten(1)], dim=-1))
 
     def action_tokens(self, actions, alive):
-        """A one-hot or the action vector; for an agent out of the episode, a token of no action."""
+        """A one-hot or the action vector; for an agent out of the episode, one that no action gives."""
         if self.std_logit is not None:
             return torch.where(alive.unsqueeze(-1), actions, -1.0)
         return torch.where(alive.unsqueeze(-1), F.one_hot(actions + 1, len(self.start_token)).float(), 0.0)
@@ -305,7 +301,7 @@ class MultiAgentTransformer(nn.Module):
         return self.action_head(x)
 
     def decode_autoregressive(self, obs_rep, avail, alive, deterministic):
-        """Agent by agent, with a cache (the official code re-decodes all agents each step)."""
+        """Agent by agent, with a cache (the official code re-decodes all each step)."""
         B, n_agents, _ = obs_rep.shape
         shifted = self.start_token.repeat(B, n_agents, 1)  # filled in as agents act
         actions, logprobs = [], []
@@ -320,7 +316,7 @@ class MultiAgentTransformer(nn.Module):
         return torch.stack(actions, dim=1), torch.stack(logprobs, dim=1)
 
     def act(self, obs, alive, avail, deterministic=False):
-        """Actions and log-probs (B, n_agents), decoded agent by agent."""
+        """Actions and log-probs (B, n_agents)."""
         return self.decode_autoregressive(self.encode(self.agent_inputs(obs)), avail, alive, deterministic)
 
     def evaluate_actions(self, obs, actions, alive, avail):
@@ -334,7 +330,7 @@ class MultiAgentTransformer(nn.Module):
 
 
 class ValueNorm(nn.Module):
-    """Running mean and variance of the returns, debiased as in official MAPPO."""
+    """Running mean and variance of the returns, debiased (official MAPPO)."""
 
     def __init__(self, enabled=True, beta=0.99999, epsilon=1e-5, min_var=1e-2):
         super().__init__()
@@ -352,7 +348,7 @@ class ValueNorm(nn.Module):
 
     @torch.no_grad()
     def update(self, x: Tensor, steps=1):
-        """`steps` updates on x at once (one a minibatch, as the official codes)."""
+        """`steps` updates at once (the official codes make one per minibatch)."""
         if not self.enabled:
             return
         decay = self.beta**steps
@@ -410,7 +406,7 @@ class RolloutBuffer:
 def compute_gae(buffer, gamma, gae_lambda, team_reward):
     """Advantages and returns (T, n_envs, n_agents), truncations bootstrapped."""
     rewards, values, terminated, truncated = buffer.rewards, buffer.values, buffer.terminated, buffer.truncated
-    if team_reward:  # every agent in the episode to its end, dead or not
+    if team_reward:  # the team's mean reward, each agent to the episode's end
         rewards = rewards.mean(dim=-1, keepdim=True).expand_as(rewards)
         ended = (terminated | truncated).all(dim=-1, keepdim=True)
         truncated = (ended & (truncated & ~terminated).any(dim=-1, keepdim=True)).expand_as(truncated)
@@ -475,7 +471,7 @@ def ppo_step(agent, optimizer, batch, args):
 
 
 def ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args, step=ppo_step):
-    """`ppo_epoch` passes of minibatches of agent sequences and states, each a `step`."""
+    """`ppo_epoch` passes of minibatches of agent sequences, each a `step`."""
     flat = lambda x: x.flatten(0, 1)  # (T, n_envs, ...) -> (T * n_envs, ...)
     old_values = value_norm.normalize(buffer.values[:-1])  # the clip's centre
     learned = returns[buffer.alive[:-1] | args.team_reward]  # as value_loss_fn counts them
@@ -559,7 +555,7 @@ class Args(Hyperparameters):
     n_training_threads: int = 0
     """torch threads on the CPU; 0: half the cores"""
     compile: bool = False
-    """torch.compile acting and the env step; on a GPU (default) the update too, graphed"""
+    """torch.compile acting and the env step; default on a GPU, the update too, graphed"""
     track: bool = False
     """track the run with Weights and Biases"""
     wandb_project_name: str = "mat-mpe"
@@ -573,7 +569,7 @@ class Args(Hyperparameters):
     eval_checkpoint: str | None = None
     """test mode: evaluate this checkpoint, train nothing"""
     eval_n_agents: int = 0
-    """test mode: a --nearest-k checkpoint's team size (0: as trained)"""
+    """test mode: play a --nearest-k model with N agents (0: as trained)"""
     resume: str | None = None
     """go on exactly with the run of this checkpoint (or run folder)"""
     checkpoint_interval: int = 0
@@ -796,7 +792,7 @@ class EnvSpec(NamedTuple):
     obs_dim: int  # largest flattened observation (others zero-padded)
     action_dim: int  # largest action space or vector
     state_dim: int  # 0: none (no state, and the observations joined would not fit)
-    avail_actions: np.ndarray  # (n_agents, action_dim) bool: each agent's own
+    avail_actions: np.ndarray  # (n_agents, action_dim) bool: the actions each agent has
     continuous: bool  # actions in the unit box [0, 1]^action_dim
     action_masks: str  # where the masks are: "info", "observation", "" (none)
     has_state: bool  # env.state(); else the observations joined
