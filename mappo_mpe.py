@@ -1049,7 +1049,7 @@ class BatchedMPE:
             others = relative[:, self.agent_rows[:, None], self.others]  # (n_envs, n_agents, n_agents - 1, 2)
             parts = [self.vel, self.pos[:, :N], landmarks.flatten(2), others.flatten(2), messages.flatten(2)]
         obs = torch.cat(parts, dim=-1)
-        return obs, obs.flatten(1)
+        return obs, obs.flatten(1)[:, : self.spec.state_dim]  # none where the joined observations do not fit
 
     def rewards(self, relative: Tensor, dist: Tensor) -> Tensor:
         """(n_envs, n_agents): each scenario's `reward`, mixed with its `global_reward` by mpe2's local ratio."""

@@ -220,6 +220,17 @@ def test_same_seed_same_episodes_and_a_restored_env_goes_on_identically(tmp_path
             assert torch.equal(a, b)
 
 
+def test_where_the_joined_observations_do_not_fit_the_batched_env_gives_no_state():
+    """Spread's 27 agents see 4,374 numbers joined, more than the networks take: the spec has no state (the critic
+    takes each agent's own observation), and neither does any step of the batched env."""
+    spec = m.get_env_spec("simple_spread_v3", scenario(n_agents=27))
+    batched = m.BatchedMPE(spec, 2, seed=0, device=CPU)
+    batched.reset()
+    assert (spec.state_dim, batched.observe()[1].shape) == (0, (2, 0))
+    step = batched.step(torch.zeros(2, 27, dtype=torch.long))
+    assert step.state.shape == step.final_state.shape == (2, 0)
+
+
 def test_a_non_finite_continuous_action_is_a_one_line_error():
     batched = m.BatchedMPE(m.get_env_spec("simple_spread_v3", scenario(continuous_actions=True)), 2, seed=0, device=CPU)
     batched.reset()
