@@ -381,11 +381,11 @@ def compute_gae(buffer, gamma, gae_lambda, team_reward):
     return advantages, advantages + values[:-1]
 
 
+# ---------- PPO update
+
+
 def masked_mean(x: Tensor, alive: Tensor) -> Tensor:
     return (x * alive).sum() / alive.sum().clamp(min=1)
-
-
-# ---------- PPO update
 
 
 def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip) -> tuple[Tensor, dict]:
@@ -538,7 +538,6 @@ class Args(Hyperparameters):
     async_envs: bool = False
     """an env by import path: each copy in its own process"""
 
-    # Evaluation and logging
     eval_interval: int = 0
     """environment steps between evaluations; 0: 50k or 30 iterations"""
     n_eval_episodes: int = 32
@@ -584,10 +583,10 @@ class TrainingRun(contextlib.AbstractContextManager):
         np.random.seed(args.seed)
         check_memory(spec, args, device)
         print(f"training on {device.type}, torch threads: {torch.get_num_threads()}")
-        if args.resume and os.path.isdir(args.resume):  # a run folder: its checkpoint
+        if args.resume and os.path.isdir(args.resume):
             args = dataclasses.replace(args, resume=os.path.join(args.resume, "checkpoint.pt"))
         self.checkpoint = checkpoint = load_checkpoint(args.resume, device) if args.resume else None
-        if not spec.state_dim and hasattr(args, "state_type"):  # no state: the critic is local
+        if not spec.state_dim and hasattr(args, "state_type"):
             args = dataclasses.replace(args, state_type="local")
         if not args.gamma and checkpoint:  # a resumed run keeps the discount it began with
             args = dataclasses.replace(args, gamma=checkpoint["args"]["gamma"])
@@ -701,7 +700,7 @@ class TrainingRun(contextlib.AbstractContextManager):
             if fault.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
                 raise
             line = f"{fault.filename or self.run_dir}: {fault.strerror}"
-            if kind is None and finished:  # after the final checkpoint
+            if kind is None and finished:
                 line += f"; the run is complete in {checkpoint}"
             elif os.path.isfile(checkpoint):
                 line += f"; {checkpoint} is kept: once that is mended, add --resume {self.run_dir}"
@@ -762,7 +761,6 @@ def scenario_kwargs(args):
 
 
 def make_env(env_id, scenario, render_mode=None):
-    """The PettingZoo parallel env: mpe2's scenario, or what `env_id` names."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     module, rendering = f"mpe2.{env_id}" if env_id in MPE_SCENARIOS else env_id, {"render_mode": render_mode}
     try:
@@ -793,7 +791,6 @@ def import_path(path):
 
 
 def get_env_spec(env_id, scenario):
-    """The env's spaces; what the networks cannot take is one error line."""
     random.seed(0)  # the probe plays alike every time
     np.random.seed(0)
     env = make_env(env_id, scenario)
@@ -936,7 +933,6 @@ class StepResult(NamedTuple):
 
     @property
     def ended(self) -> Tensor:
-        """(n_envs,) bool: the episode is over (the env was reset)."""
         return (self.terminated | self.truncated).all(dim=1)
 
 
@@ -1160,7 +1156,7 @@ class PettingZooEnv(gymnasium.Env):
         if self.env_spec.action_masks == "observation":
             observations = {agent: own["observation"] for agent, own in observations.items()}
         for i, (agent, space, size) in enumerate(zip(self.env_spec.agents, self.env_spec.obs_spaces, self.obs_sizes)):
-            if agent in observations:  # flattened as gymnasium does (Discrete: one-hot)
+            if agent in observations:
                 own = observations[agent]
                 if isinstance(space, gymnasium.spaces.Box):  # as gymnasium's flatten, without its dispatch: 5x faster
                     flat = np.asarray(own, space.dtype).ravel()
@@ -1402,7 +1398,6 @@ def training_state(run: TrainingRun):
 
 
 def resume_training(run: TrainingRun, checkpoint):
-    """Puts back what `training_state` took besides the progress."""
     run.envs.load_state_dict(checkpoint["env"])
     run.buffer.actor_hidden, run.buffer.critic_hidden, run.buffer.starts[0] = checkpoint["rollout_start"]
     if run.envs.keeps_episodes:
