@@ -70,7 +70,7 @@ class Hyperparameters:
     ppo_epoch: int = 10
     """passes over each rollout"""
     num_mini_batch: int = 1
-    """minibatches per pass, each of whole envs"""
+    """minibatches of whole envs per pass"""
     clip: float = 0.2
     """PPO clip of the policy ratio and the value change"""
     gamma: float = 0.0
@@ -84,7 +84,7 @@ class Hyperparameters:
     max_grad_norm: float = 10.0
     """gradient norm clip per actor and critic"""
     hidden_size: int = 64
-    """width of the hidden layers and GRUs"""
+    """hidden layer and GRU width"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden-layer activation"""
     use_valuenorm: bool = True
@@ -477,11 +477,9 @@ def main(args):
             # 1. Collect a rollout: T steps of every env
             buffer.obs[0], buffer.state[0], buffer.alive[0], buffer.avail[0] = envs.observe()
             with torch.no_grad():
-                actor_hidden = buffer.actor_hidden
+                hidden = buffer.actor_hidden
                 for t in range(T):
-                    actions, logprobs, actor_hidden = agent.act(
-                        buffer.obs[t], buffer.avail[t], actor_hidden, buffer.starts[t]
-                    )
+                    actions, logprobs, hidden = agent.act(buffer.obs[t], buffer.avail[t], hidden, buffer.starts[t])
                     buffer.insert(t, actions, logprobs, envs.step(actions))
                     progress.global_step += n_envs
 
@@ -492,7 +490,7 @@ def main(args):
             # 3. PPO update
             update_start = time.time()
             losses = ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args)
-            buffer.start_next_rollout(actor_hidden)
+            buffer.start_next_rollout(hidden)
 
             # 4. Log, evaluate, checkpoint; a stop ends the run here
             if run.end_iteration(iteration, losses, returns, update_start):
