@@ -83,7 +83,7 @@ class Hyperparameters:
     max_grad_norm: float = 10.0
     """gradient norm clip per actor and critic"""
     hidden_size: int = 64
-    """width of the hidden layers"""
+    """hidden layer width"""
     activation: Literal["tanh", "relu"] = "tanh"
     """hidden-layer activation"""
     use_valuenorm: bool = True
@@ -1550,8 +1550,8 @@ def run_evaluation_only(args):
 class GraphedStep:
     """`ppo_step` as one CUDA graph captured after three eager steps; a replay copies in the minibatch and rates."""
 
-    def __init__(self, step, warmup_steps=3):
-        self.step, self.warmup_steps, self.graph = step, warmup_steps, None
+    def __init__(self, step):
+        self.step, self.warmup_steps, self.graph = step, 3, None
 
     def __call__(self, agent, optimizer, batch, args):
         if self.warmup_steps:
