@@ -4,7 +4,6 @@
 start, replayed in training from each rollout's first hidden states.
 
     python mappo_mpe_rnn.py  # simple_spread_v3, 3 agents, tuned on mpe2
-    python mappo_mpe_rnn.py --env-id mpe2.simple_spread_v3 --env-kwargs num_agent_neighbors 1  # on mpe2 itself
     python mappo_mpe_rnn.py --eval-checkpoint runs/<run_name>/model.pt --capture-video
 """
 
@@ -142,7 +141,7 @@ def mlp(in_dim, args):
     return nn.Sequential(*layers)
 
 
-def gru_over_sequence(gru: nn.GRU, x: Tensor, hidden: Tensor, starts: Tensor) -> Tensor:
+def gru_over_sequence(gru, x, hidden, starts):
     """Hidden states (L, N, H) after each step of x (L, N, in_dim) from hidden (N, H), zeroed at `starts` (L, N)."""
     L = x.shape[0]
     cuts = [0, *(torch.nonzero(starts[1:].any(dim=1)).flatten() + 1).tolist(), L]
@@ -167,7 +166,7 @@ class RecurrentNet(nn.Module):
         self.norm = nn.LayerNorm(args.hidden_size)
         self.out = layer_init(nn.Linear(args.hidden_size, out_dim), out_gain)
 
-    def forward(self, x: Tensor, hidden: Tensor, starts: Tensor):
+    def forward(self, x, hidden, starts):
         """x (L, B, R, in_dim), hidden (B, R, H), starts (L, B) -> (L, B, R, out_dim), hidden states (L, B, R, H)."""
         L, B, R, _ = x.shape
         features = self.trunk(x).view(L, B * R, -1)
@@ -179,23 +178,23 @@ class RecurrentNet(nn.Module):
 class Gaussian(Normal):
     """Gaussian of mean 0.5 + `out` censored to [0, 1]; the dims an agent lacks (`dims` 0) count 0."""
 
-    def __init__(self, out: Tensor, std_logit: Tensor, dims: Tensor):
+    def __init__(self, out, std_logit, dims):
         super().__init__(out + 0.5, torch.sigmoid(std_logit).expand_as(out), validate_args=False)
         self.dims = dims
 
-    def sample(self) -> Tensor:
+    def sample(self):
         return super().sample().clamp(0.0, 1.0) * self.dims
 
     @property
-    def mode(self) -> Tensor:
+    def mode(self):
         return self.mean.clamp(0.0, 1.0) * self.dims
 
-    def log_prob(self, actions: Tensor) -> Tensor:
+    def log_prob(self, actions):
         below, above = (torch.special.log_ndtr(z / self.stddev) for z in (-self.mean, self.mean - 1.0))  # P(face)
         log_prob = torch.where(actions <= 0.0, below, torch.where(actions >= 1.0, above, super().log_prob(actions)))
         return (log_prob * self.dims).sum(-1)
 
-    def entropy(self) -> Tensor:
+    def entropy(self):
         return (super().entropy() * self.dims).sum(-1)
 
 
@@ -230,11 +229,11 @@ class Agent(nn.Module):
         critic_rows = 1 if self.state_type == "EP" else n_agents
         self.hidden_shapes = ((n_agents, args.hidden_size), (critic_rows, args.hidden_size))
 
-    def initial_hidden(self, n_envs) -> tuple[Tensor, Tensor]:
+    def initial_hidden(self, n_envs):
         """Zero hidden states: actors (n_envs, n_agents, H), critic (n_envs, rows, H)."""
         return tuple(torch.zeros(n_envs, *shape, device=self.agent_ids.device) for shape in self.hidden_shapes)
 
-    def critic_input(self, obs: Tensor, state: Tensor) -> Tensor:
+    def critic_input(self, obs, state):
         """obs (..., n_agents, obs_dim), state (..., state_dim) -> EP (..., 1, state_dim), else (..., n_agents, F)."""
         if self.state_type == "local":  # AS without a state
             state = state[..., :0]
@@ -248,7 +247,7 @@ class Agent(nn.Module):
             return torch.cat([global_state, ids], dim=-1)
         return torch.cat([global_state, sort_entities(obs, self.entities), ids], dim=-1)
 
-    def actor_input(self, obs: Tensor) -> Tensor:
+    def actor_input(self, obs):
         obs = sort_entities(obs, self.entities)
         if self.actor_columns is not None:  # the nearest K of each kind, zero-padded
             obs = F.pad(obs, (0, 1))[..., self.actor_columns]
@@ -256,11 +255,11 @@ class Agent(nn.Module):
             return obs
         return torch.cat([obs, self.agent_ids.expand(*obs.shape[:-1], -1)], dim=-1)
 
-    def get_value(self, x: Tensor, hidden: Tensor, starts: Tensor):
+    def get_value(self, x, hidden, starts):
         values, hiddens = self.critic(x, hidden, starts)
         return values.flatten(2), hiddens
 
-    def get_dist(self, x: Tensor, avail: Tensor, hidden: Tensor, starts: Tensor):
+    def get_dist(self, x, avail, hidden, starts):
         if len(self.actors) == 1:
             out, hiddens = self.actors[0](x, hidden, starts)
         else:
@@ -268,7 +267,7 @@ class Agent(nn.Module):
             out, hiddens = (torch.cat(parts, dim=2) for parts in zip(*outputs))
         return action_distribution(out, avail, self.actor_std_logit), hiddens
 
-    def act(self, obs, avail, hidden: Tensor, starts: Tensor, deterministic=False):
+    def act(self, obs, avail, hidden, starts, deterministic=False):
         """One step: actions, log-probs (B, n_agents), next hidden state; `starts` (B,): episode starts."""
         dist, hiddens = self.get_dist(self.actor_input(obs[None]), avail[None], hidden, starts[None])
         action = dist.mode if deterministic else dist.sample()
@@ -287,7 +286,7 @@ class ValueNorm(nn.Module):
         for name in ("running_mean", "running_mean_sq", "debiasing_term"):
             self.register_buffer(name, torch.zeros(()))
 
-    def mean_var(self) -> tuple[Tensor, Tensor]:
+    def mean_var(self):
         if not self.enabled:
             return torch.zeros(()), torch.ones(())
         debias = self.debiasing_term.clamp(min=self.epsilon)
@@ -296,7 +295,7 @@ class ValueNorm(nn.Module):
         return mean, var
 
     @torch.no_grad()
-    def update(self, x: Tensor, steps=1):
+    def update(self, x, steps=1):
         """`steps` updates at once (the official codes make one per minibatch)."""
         if not self.enabled:
             return
@@ -305,11 +304,11 @@ class ValueNorm(nn.Module):
         self.running_mean_sq.mul_(decay).add_((x**2).mean() * (1 - decay))
         self.debiasing_term.mul_(decay).add_(1 - decay)
 
-    def normalize(self, x: Tensor) -> Tensor:
+    def normalize(self, x):
         mean, var = self.mean_var()
         return (x - mean) / var.sqrt()
 
-    def denormalize(self, x: Tensor) -> Tensor:
+    def denormalize(self, x):
         mean, var = self.mean_var()
         return x * var.sqrt() + mean
 
@@ -320,7 +319,7 @@ class ValueNorm(nn.Module):
 class RolloutBuffer:
     """One rollout (index t: the input at t, what acting on it gave) and its first hidden states."""
 
-    def __init__(self, T, n_envs, spec: EnvSpec, device, hidden: tuple[Tensor, ...]):
+    def __init__(self, T, n_envs, spec: EnvSpec, device, hidden):
         n_agents = len(spec.agents)
         zeros = functools.partial(torch.zeros, device=device)
         self.obs = zeros(T + 1, n_envs, n_agents, spec.obs_dim)
@@ -339,7 +338,7 @@ class RolloutBuffer:
         self.starts[0] = True
         self.actor_hidden, self.critic_hidden = hidden
 
-    def insert(self, t, actions: Tensor, logprobs: Tensor, step: StepResult):
+    def insert(self, t, actions, logprobs, step: StepResult):
         self.actions[t], self.logprobs[t], self.rewards[t] = actions, logprobs, step.rewards
         self.terminated[t], self.truncated[t] = step.terminated, step.truncated
         self.obs[t + 1], self.state[t + 1], self.alive[t + 1] = step.obs, step.state, step.alive
@@ -358,7 +357,7 @@ class RolloutBuffer:
         self.final_values[:] = value_norm.denormalize(final_values).view_as(self.final_values)
         self.next_critic_hidden = hiddens[-2]  # before obs[T]: the next rollout's start
 
-    def start_next_rollout(self, actor_hidden: Tensor):
+    def start_next_rollout(self, actor_hidden):
         self.starts[0] = self.starts[-1]
         self.actor_hidden, self.critic_hidden = actor_hidden, self.next_critic_hidden
 
@@ -384,11 +383,11 @@ def compute_gae(buffer, gamma, gae_lambda, team_reward):
 # ---------- PPO update
 
 
-def masked_mean(x: Tensor, alive: Tensor) -> Tensor:
+def masked_mean(x, alive):
     return (x * alive).sum() / alive.sum().clamp(min=1)
 
 
-def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip) -> tuple[Tensor, dict]:
+def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip):
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
     surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip, 1 + clip) * advantages)
@@ -398,7 +397,7 @@ def policy_loss_fn(new_logprob, old_logprob, advantages, alive, clip) -> tuple[T
     return -masked_mean(surrogate, alive), stats
 
 
-def value_loss_fn(values, old_values, returns, alive, args) -> Tensor:
+def value_loss_fn(values, old_values, returns, alive, args):
     """Huber loss of normalized values, PPO-clipped; with the team's reward the dead count."""
     loss = F.huber_loss(values, returns, reduction="none", delta=args.huber_delta)
     if args.clipped_value_loss:
@@ -633,7 +632,7 @@ class TrainingRun(contextlib.AbstractContextManager):
                 print(f"step {self.progress.global_step:>9,} | the final evaluation {self.progress.eval_return:7.2f}")
         return self.progress
 
-    def end_iteration(self, iteration, losses, returns: Tensor, update_start):
+    def end_iteration(self, iteration, losses, returns, update_start):
         """Logs the update; evaluates, prints, checkpoints when due; True: a stop."""
         args, progress, buffer, batch = self.args, self.progress, self.buffer, self.args.batch
         seconds = {"rollout": update_start - self.rollout_start, "update": time.time() - update_start}
@@ -658,7 +657,7 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.rollout_start = time.time()
         return stop
 
-    def ended_episode_returns(self) -> np.ndarray | None:
+    def ended_episode_returns(self):
         """(n_agents,) mean returns of the rollout's ended episodes; None: none ended."""
         running, ended_sum, count = self.running_returns, torch.zeros_like(self.running_returns[0]), 0
         for rewards, ended in zip(self.buffer.rewards, (self.buffer.terminated | self.buffer.truncated).all(dim=-1)):
@@ -760,12 +759,12 @@ def scenario_kwargs(args):
 
 def make_env(env_id, scenario, render_mode=None):
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    module, rendering = f"mpe2.{env_id}" if env_id in MPE_SCENARIOS else env_id, {"render_mode": render_mode}
+    module = f"mpe2.{env_id}" if env_id in MPE_SCENARIOS else env_id
     try:
         maker = import_path(module)
         if not callable(maker := getattr(maker, "parallel_env", maker)):
             raise TypeError(f"a module without parallel_env: name the env's class or function, as {module}:NAME")
-        env = maker(**scenario, **rendering if render_mode else {})
+        env = maker(**scenario, **{"render_mode": render_mode} if render_mode else {})
     except Exception as e:  # a missing module or keyword, or the env's own error
         raise ErrorExit(f"--env-id {env_id}: cannot make an env of {module}: {e!r}") from None
     if hasattr(env, "agent_iter") or not hasattr(env, "possible_agents"):  # an AEC env's agents act in turn
@@ -827,7 +826,7 @@ def get_env_spec(env_id, scenario):
     return probe_env(spec, env, first, state_space if box(state_space) else None)
 
 
-def sort_entities(x: Tensor, entities) -> Tensor:
+def sort_entities(x, entities):
     """x (..., F) with each group (count, starts) of 2-number blocks ordered nearest first by its first start's run."""
     if not entities:
         return x
@@ -840,7 +839,7 @@ def sort_entities(x: Tensor, entities) -> Tensor:
     return x
 
 
-def nearest_columns(spec: EnvSpec, k) -> Tensor:
+def nearest_columns(spec: EnvSpec, k):
     """(6k,) columns of a sorted spread observation: velocity, position, the nearest k landmarks and k - 1 agents."""
     columns = list(range(4))
     for (count, starts), keep in zip(spec.entities, (k, k - 1)):
@@ -930,7 +929,7 @@ class StepResult(NamedTuple):
     avail: Tensor  # (n_envs, n_agents, action_dim) bool: allowed on `obs`
 
     @property
-    def ended(self) -> Tensor:
+    def ended(self):
         return (self.terminated | self.truncated).all(dim=1)
 
 
@@ -989,7 +988,7 @@ class BatchedMPE:
         self.avail = torch.as_tensor(spec.avail_actions, device=device).expand(n_envs, -1, -1)
         self.generator = torch.Generator().manual_seed(seed)
 
-    def action_table(self, movable: list[bool], speaks: list[bool]) -> Tensor:
+    def action_table(self, movable, speaks):
         """(n_agents, action_dim, 2 + dim_c): each action's [force, message], or an action vector's (`_set_action`)."""
         table = torch.zeros(self.n_agents, self.spec.action_dim, 2 + self.dim_c)
         for i in range(self.n_agents):
@@ -1010,7 +1009,7 @@ class BatchedMPE:
     def reset(self):
         self.reset_envs(torch.ones(self.n_envs, dtype=torch.bool))
 
-    def reset_envs(self, envs: Tensor):
+    def reset_envs(self, envs):
         """New episodes (mpe2's `reset_world`) where `envs` (n_envs,) bool on the CPU."""
         pos = torch.rand(self.pos.shape, generator=self.generator) * 2 - 1
         goal = torch.randint(self.n_landmarks, self.goal.shape, generator=self.generator)
@@ -1033,7 +1032,7 @@ class BatchedMPE:
             truncated = ended.to(self.device)[:, None].expand(-1, self.n_agents)
         return StepResult(obs, state, rewards, self.never, truncated, final_obs, final_state, self.alive, self.avail)
 
-    def advance(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def advance(self, actions):
         """The world one step on (mpe2's `World.step`): its rewards, observations and state."""
         if self.continuous:  # clipped into the box as mpe2 clips them
             effects = torch.einsum("eia,iac->eic", actions.clamp(0.0, 1.0), self.action_effects)
@@ -1046,7 +1045,7 @@ class BatchedMPE:
         relative, dist = self.relative_positions()
         return self.rewards(relative, dist), *self.observations(relative)
 
-    def contact_forces(self) -> Tensor:
+    def contact_forces(self):
         """(n_envs, n_agents, 2): mpe2's soft contact forces between spread's agents, at any distance."""
         agents = self.pos[:, : self.n_agents]
         delta = agents[:, :, None] - agents[:, None]  # (n_envs, n_agents, n_agents, 2): p_i - p_k
@@ -1055,13 +1054,13 @@ class BatchedMPE:
         forces = CONTACT_FORCE * penetration / dist * delta  # NaN for an agent and itself (0 / 0)
         return forces.nan_to_num_(0.0).sum(dim=2)
 
-    def integrate(self, force: Tensor):
+    def integrate(self, force):
         """mpe2's `integrate_state`: a movable agent moves at its old velocity, then damps and accelerates (mass 1)."""
         agents, landmarks, moves = self.pos[:, : self.n_agents], self.pos[:, self.n_agents :], self.movable[:, None]
         self.pos = torch.cat([agents + self.vel * DT * moves, landmarks], dim=1)
         self.vel = torch.where(moves, self.vel * (1 - DAMPING) + force * DT, self.vel)
 
-    def relative_positions(self) -> tuple[Tensor, Tensor]:
+    def relative_positions(self):
         """(n_envs, n_agents, n_entities, 2) with [.., i, j] = p_j - p_i, and the distances."""
         relative = self.pos[:, None] - self.pos[:, : self.n_agents, None]
         return relative, torch.linalg.vector_norm(relative, dim=-1)
@@ -1069,7 +1068,7 @@ class BatchedMPE:
     def observe(self) -> tuple[Tensor, ...]:
         return *self.observations(), self.alive, self.avail
 
-    def observations(self, relative: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def observations(self, relative=None):
         """Observations (n_envs, n_agents, obs_dim) as each scenario's `observation`, zero-padded, and the state."""
         relative = self.relative_positions()[0] if relative is None else relative
         N = self.n_agents
@@ -1088,7 +1087,7 @@ class BatchedMPE:
         obs = torch.cat(parts, dim=-1)
         return obs, obs.flatten(1)[:, : self.spec.state_dim]  # none where the joined observations do not fit
 
-    def rewards(self, relative: Tensor, dist: Tensor) -> Tensor:
+    def rewards(self, relative, dist):
         """(n_envs, n_agents): each scenario's `reward`, mixed with its `global_reward` by mpe2's local ratio."""
         N = self.n_agents
         if self.env_id == "simple_speaker_listener_v4":  # both: minus the listener's squared distance to the goal
@@ -1232,7 +1231,7 @@ class PettingZooVecEnv:
         rest = self.tensors("step", *map(info.get, ("rewards", "terminated", "truncated", "last_obs", "last_state")))
         return StepResult(*self.current[:2], *rest, *self.current[2:])
 
-    def tensors(self, call, *arrays: np.ndarray) -> tuple[Tensor, ...]:
+    def tensors(self, call, *arrays):
         if not all(np.isfinite(x).all() for x in arrays):
             raise EnvError(f"--env-id {self.spec.env_id}: its {call}() returned a NaN or infinity")
         return tuple(torch.as_tensor(x, device=self.device) for x in arrays)
@@ -1337,25 +1336,19 @@ def restore(checkpoint, agent, value_norm, optimizer, path):
         raise ErrorExit(f"checkpoint {path} does not fit this model: {' '.join(str(e).split()[:40])}") from None
 
 
-# Flags that do not change what a run learns: a resumed run may set them anew.
-RUN_CONTROL_ARGS = frozenset(
-    "exp_name cuda track wandb_project_name wandb_entity capture_video save_model eval_checkpoint eval_n_agents resume "
-    "checkpoint_interval total_timesteps eval_interval n_eval_episodes eval_max_steps log_interval "
-    "n_training_threads eval_sample".split()
-)
-
-
 def check_resume(args, checkpoint):
     if "progress" not in checkpoint:
         raise ErrorExit(f"{args.resume} holds a model only; --resume takes the checkpoint.pt of a run folder")
     if "env" not in checkpoint or "next_step" in checkpoint["progress"]:  # worker processes, or a saved schedule
         raise ErrorExit(f"{args.resume} was written by an earlier version of {checkpoint['script']}: no resume")
-    run_control = RUN_CONTROL_ARGS - ({"total_timesteps"} if args.linear_lr_decay else set())
+    # What a run learns from must match; the other flags of Args control the run and may change
+    learned = {*vars(Hyperparameters()), "seed", "torch_deterministic", "env_kwargs", "async_envs"}
+    learned -= set() if args.linear_lr_decay else {"total_timesteps"}  # it sets the decay's schedule
     saved = checkpoint["args"]
     differing = [
         f"--{name.replace('_', '-')} ({saved.get(name)!r} there, {value!r} here)"
         for name, value in vars(args).items()
-        if name not in run_control and saved.get(name, value) != value
+        if name in learned and saved.get(name, value) != value
     ]
     if differing:
         raise ErrorExit(f"{args.resume} was trained with other settings: {', '.join(differing)}")

@@ -495,3 +495,30 @@ def test_mat_chooses_its_passes_by_the_discount_unless_given(script, flags, pass
     checkpoint = torch.load(tmp_path / "runs" / run_name / "checkpoint.pt", weights_only=True)
     beta = module.ValueNorm().beta
     assert checkpoint["value_norm"]["debiasing_term"].item() == pytest.approx(1 - beta**passes, rel=1e-5)
+
+
+RUN_CONTROL = (
+    "exp_name cuda n_training_threads compile track wandb_project_name wandb_entity capture_video save_model "
+    "eval_checkpoint eval_n_agents resume checkpoint_interval eval_interval n_eval_episodes eval_sample eval_max_steps "
+    "log_interval"
+)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("decay", [False, True])
+def test_a_resume_may_change_the_run_control_flags_and_no_other(script, decay):
+    """Each flag in turn saved with another value: a resume refuses every one but those that control the run, and
+    --total-timesteps too unless --linear-lr-decay sets its schedule by it."""
+    module = importlib.import_module(script)
+    args = module.Args(linear_lr_decay=decay, resume="checkpoint.pt")
+    allowed = {name for name in RUN_CONTROL.split() if hasattr(args, name)} | (set() if decay else {"total_timesteps"})
+    refused = set()
+    for name in vars(args):
+        saved = {"args": vars(args) | {name: "other"}, "global_step": 0, "env": {}}
+        saved["progress"] = {"eval_step": 0, "global_step": 0}
+        try:
+            module.check_resume(args, saved)
+        except SystemExit as refusal:
+            assert f"--{name.replace('_', '-')} ('other' there" in str(refusal)
+            refused.add(name)
+    assert refused == vars(args).keys() - allowed
