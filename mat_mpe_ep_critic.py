@@ -1174,7 +1174,6 @@ class EnvError(Exception):
 
 
 def call_env(env_id, env, method, *args, **kwargs):
-    """env.method(*args, **kwargs), its exception an EnvError naming both."""
     try:
         return getattr(env, method)(*args, **kwargs)
     except Exception as e:
@@ -1445,7 +1444,7 @@ def resume_training(run: TrainingRun, checkpoint):
         torch.cuda.set_rng_state_all([state.cpu() for state in checkpoint["rng_states"]["cuda"]])
 
 
-def first_line(error):  # of its message, else its type's name
+def first_line(error):
     return next(iter(str(error).strip().splitlines()), type(error).__name__)
 
 
@@ -1504,7 +1503,7 @@ def memory_estimate(spec, args):
 
 
 def check_memory(spec, args, device):
-    """Refuses a run whose tensors, and a fifth more for the allocator, would not fit in free memory."""
+    """Refuses a run that would not fit in free memory, with a fifth more for the allocator."""
     if device.type == "cuda":
         free = torch.cuda.mem_get_info(device)[0]
     elif os.path.exists("/proc/meminfo"):
