@@ -32,6 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
+from gymnasium import spaces
 from torch import Tensor
 from torch.distributions import Categorical, Normal
 from torch.utils.tensorboard import SummaryWriter
@@ -792,14 +793,14 @@ def get_env_spec(env_id, scenario):
     np.random.seed(0)
     env = make_env(env_id, scenario)
     first = call_env(env_id, env, "reset", seed=0)
-    agents, box = env.possible_agents, lambda s: isinstance(s, gymnasium.spaces.Box) and np.prod(s.shape) <= MAX_INPUTS
-    counts = (gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete, gymnasium.spaces.MultiBinary)
+    agents, box = env.possible_agents, lambda s: isinstance(s, spaces.Box) and np.prod(s.shape) <= MAX_INPUTS
+    counts = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
     obs_spaces, action_spaces = [env.observation_space(a) for a in agents], [env.action_space(a) for a in agents]
-    in_obs = all(isinstance(s, gymnasium.spaces.Dict) and "action_mask" in s.spaces for s in obs_spaces)
+    in_obs = all(isinstance(s, spaces.Dict) and "action_mask" in s.spaces for s in obs_spaces)
     masks = "observation" if in_obs else "info" if any("action_mask" in first[1].get(a, {}) for a in agents) else ""
     obs_spaces = [s["observation"] for s in obs_spaces] if masks == "observation" else obs_spaces
-    sizes = [gymnasium.spaces.flatdim(s) if box(s) or isinstance(s, counts) else np.inf for s in obs_spaces]
-    discrete = all(isinstance(s, gymnasium.spaces.Discrete) for s in action_spaces)
+    sizes = [spaces.flatdim(s) if box(s) or isinstance(s, counts) else np.inf for s in obs_spaces]
+    discrete = all(isinstance(s, spaces.Discrete) for s in action_spaces)
     continuous = all(box(s) and len(s.shape) == 1 and np.isfinite([s.low, s.high]).all() for s in action_spaces)
     unsupported = [
         (max(sizes) > MAX_INPUTS, f"observations {set(map(str, obs_spaces))}"),
@@ -851,12 +852,12 @@ TIME_LIMITS = ("max_cycles", "max_steps", "max_episode_steps", "episode_limit", 
 
 
 def probe_env(spec, env, first, state_space):
-    """Up to 400 seeded random steps from `first`, as training plays: the time limit, state() throughout, masks."""
+    """Up to 400 seeded random steps from `first`: the time limit, state() throughout, masks."""
     env_id, (observations, infos), sizes = spec.env_id, first, spec.avail_actions.sum(axis=1)
     problem = None if state_space else f"--env-id {env_id}: it has no Box state_space of at most {MAX_INPUTS} numbers"
     truncated, length = False, 0
     spec = spec._replace(has_state=True, state_dim=int(np.prod(state_space.shape))) if state_space else spec
-    joint_actions = gymnasium.spaces.Tuple([env.action_space(a) for a in spec.agents], seed=0)
+    joint_actions = spaces.Tuple([env.action_space(a) for a in spec.agents], seed=0)
     for _ in range(400):
         if not env.agents:
             (observations, infos), length = call_env(env_id, env, "reset"), 0
@@ -1134,11 +1135,11 @@ class PettingZooEnv(gymnasium.Env):
     def __init__(self, spec, render_mode=None):
         self.env, self.env_id, self.env_spec = make_env(spec.env_id, spec.scenario, render_mode), spec.env_id, spec
         n_agents, self.frames, self.recording, self.render_mode = len(spec.agents), [], False, render_mode
-        self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (n_agents, spec.obs_dim), np.float32)
-        self.obs_sizes = [gymnasium.spaces.flatdim(s) for s in spec.obs_spaces]
-        self.action_space = gymnasium.spaces.MultiDiscrete([spec.action_dim] * n_agents)
+        self.observation_space = spaces.Box(-np.inf, np.inf, (n_agents, spec.obs_dim), np.float32)
+        self.obs_sizes = [spaces.flatdim(s) for s in spec.obs_spaces]
+        self.action_space = spaces.MultiDiscrete([spec.action_dim] * n_agents)
         if spec.continuous:  # the unit box, mapped to each agent's bounds by `env_action`
-            self.action_space = gymnasium.spaces.Box(0.0, 1.0, (n_agents, spec.action_dim), np.float32)
+            self.action_space = spaces.Box(0.0, 1.0, (n_agents, spec.action_dim), np.float32)
 
     def env_action(self, agent, action: np.ndarray):
         space = self.env.action_space(agent)
@@ -1154,10 +1155,10 @@ class PettingZooEnv(gymnasium.Env):
         for i, (agent, space, size) in enumerate(zip(self.env_spec.agents, self.env_spec.obs_spaces, self.obs_sizes)):
             if agent in observations:
                 own = observations[agent]
-                if isinstance(space, gymnasium.spaces.Box):  # as gymnasium's flatten, without its dispatch: 5x faster
+                if isinstance(space, spaces.Box):  # as gymnasium's flatten, without its dispatch: 5x faster
                     flat = np.asarray(own, space.dtype).ravel()
                 else:
-                    flat = gymnasium.spaces.flatten(space, own) if space.contains(own) else ()
+                    flat = spaces.flatten(space, own) if space.contains(own) else ()
                 if len(flat) != size:  # also one that fits another's padding
                     raise EnvError(f"--env-id {self.env_id}: an observation of {agent} does not fit its {space}")
                 obs[i, :size] = flat
@@ -1204,7 +1205,7 @@ class PettingZooEnv(gymnasium.Env):
 
 
 class PettingZooVecEnv:
-    """`VecEnv` of `PettingZooEnv`s in gymnasium's SyncVectorEnv or AsyncVectorEnv; env k seeded with `seed + k`."""
+    """`VecEnv` of `PettingZooEnv`s in gymnasium's SyncVectorEnv or AsyncVectorEnv."""
 
     keeps_episodes = False  # a resumed run begins new episodes, seeded from the steps
 
@@ -1340,7 +1341,7 @@ def check_resume(args, checkpoint):
         raise ErrorExit(f"{args.resume} holds a model only; --resume takes the checkpoint.pt of a run folder")
     if "env" not in checkpoint or "next_step" in checkpoint["progress"]:  # worker processes, or a saved schedule
         raise ErrorExit(f"{args.resume} was written by an earlier version of {checkpoint['script']}: no resume")
-    # What a run learns from must match; the other flags of Args control the run and may change
+    # What a run learns from must match; the other flags of Args may change
     learned = {*vars(Hyperparameters()), "seed", "torch_deterministic", "env_kwargs", "async_envs"}
     learned -= set() if args.linear_lr_decay else {"total_timesteps"}  # it sets the decay's schedule
     saved = checkpoint["args"]
@@ -1404,20 +1405,19 @@ def first_line(error):
 
 
 def check_args(args):
-    counts = "n_rollout_threads n_agents max_cycles episode_length ppo_epoch num_mini_batch hidden_size n_block"
-    counts += " n_embd n_head n_eval_episodes eval_max_steps log_interval"
+    counts = "n_rollout_threads n_agents max_cycles episode_length ppo_epoch num_mini_batch hidden_size"
+    counts += " n_eval_episodes eval_max_steps log_interval"
     chosen = "n_training_threads eval_interval checkpoint_interval"  # 0: the script chooses
-    rules = [  # NaN fails every test; flags a script lacks are skipped
+    rules = [  # NaN fails every test
         ("at least 1", lambda v: v >= 1, counts),
         ("at least 0", lambda v: v >= 0, "seed ent_coef vf_coef nearest_k eval_n_agents " + chosen),
-        ("positive", lambda v: v > 0, "lr critic_lr clip max_grad_norm huber_delta"),
+        ("positive", lambda v: v > 0, "lr clip max_grad_norm huber_delta"),
         ("between 0 and 1", lambda v: 0 <= v <= 1, "gamma gae_lambda"),
     ]
     for what, ok, names in rules:  # first: the checks below divide by some of them
         for name in names.split():
-            if hasattr(args, name) and not ok(getattr(args, name)):
+            if not ok(getattr(args, name)):
                 raise ErrorExit(f"--{name.replace('_', '-')} must be {what}, not {getattr(args, name)}")
-    batch = args.batch
     if args.resume is not None and args.eval_checkpoint is not None:
         raise ErrorExit("--resume and --eval-checkpoint exclude each other: one trains on, the other only evaluates")
     if args.track and os.environ.get("WANDB_MODE") not in ("offline", "dryrun", "disabled"):  # a key, no network
@@ -1440,10 +1440,10 @@ def check_args(args):
     if args.n_rollout_threads % args.num_mini_batch != 0:
         raise ErrorExit(
             f"--num-mini-batch {args.num_mini_batch} does not divide --n-rollout-threads {args.n_rollout_threads} "
-            "(a minibatch holds whole envs, so that their sequences stay unbroken)"
+            "(a minibatch holds whole envs: their sequences stay unbroken)"
         )
-    if args.eval_checkpoint is None and args.total_timesteps < batch:
-        raise ErrorExit(f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} env steps)")
+    if args.eval_checkpoint is None and args.total_timesteps < args.batch:
+        raise ErrorExit(f"--total-timesteps {args.total_timesteps} is less than one rollout ({args.batch} env steps)")
 
 
 def memory_estimate(spec, args):
