@@ -188,14 +188,14 @@ class Agent(nn.Module):
         actor_columns = nearest_columns(spec, args.nearest_k) if args.nearest_k else None
         self.register_buffer("actor_columns", actor_columns, persistent=False)
         self.register_buffer("agent_ids", torch.eye(n_agents))
-        actor_in = (spec.obs_dim if actor_columns is None else len(actor_columns)) + args.use_agent_id * n_agents
+        obs, state = torch.zeros(1, n_agents, spec.obs_dim), torch.zeros(1, spec.state_dim)
+        actor_in = self.actor_input(obs).shape[-1]
         n_actors = n_agents if args.separate_actors else 1
         self.actors = nn.ModuleList(mlp_net(actor_in, spec.action_dim, 0.01, args) for _ in range(n_actors))
         # the std starts at sigmoid(2) = 0.88
         self.actor_std_logit = nn.Parameter(torch.full((n_actors, spec.action_dim), 2.0)) if spec.continuous else None
         # EP: one pass per env, a value head per agent
-        extra = {"EP": 0, "FP": n_agents, "AS": spec.obs_dim + n_agents, "local": spec.obs_dim + n_agents}
-        critic_in = (self.state_type != "local") * spec.state_dim + extra[self.state_type]
+        critic_in = self.critic_input(obs, state).shape[-1]
         self.critic = mlp_net(critic_in, n_agents if self.state_type == "EP" else 1, 1.0, args)
 
     def critic_input(self, obs, state):
@@ -221,7 +221,7 @@ class Agent(nn.Module):
         return torch.cat([obs, self.agent_ids.expand(*obs.shape[:-1], -1)], dim=-1)
 
     def get_value(self, x):
-        return self.critic(x).flatten(1)
+        return self.critic(x).flatten(-2)
 
     def get_dist(self, x, avail):
         if len(self.actors) == 1:
@@ -308,10 +308,10 @@ class RolloutBuffer:
     @torch.no_grad()
     def compute_values(self, agent, value_norm):
         def value(obs, state):
-            return value_norm.denormalize(agent.get_value(agent.critic_input(obs.flatten(0, 1), state.flatten(0, 1))))
+            return value_norm.denormalize(agent.get_value(agent.critic_input(obs, state)))
 
-        self.values[:] = value(self.obs, self.state).view_as(self.values)
-        self.final_values[:] = value(self.final_obs, self.final_state).view_as(self.final_values)
+        self.values[:] = value(self.obs, self.state)
+        self.final_values[:] = value(self.final_obs, self.final_state)
 
 
 def compute_gae(buffer, gamma, gae_lambda, team_reward):
@@ -383,16 +383,15 @@ def ppo_step(agent, optimizer, batch, args):
 
 def ppo_update(agent, optimizer, value_norm, buffer, advantages, returns, args, step=ppo_step):
     """`ppo_epoch` passes of minibatches of env steps, each a `step`."""
-    flat = lambda x: x.flatten(0, 1)  # (T, n_envs, ...) -> (T * n_envs, ...)
     old_values = value_norm.normalize(buffer.values[:-1])  # the clip's centre
     learned = returns[buffer.alive[:-1] | args.team_reward]  # as value_loss_fn counts them
     value_norm.update(learned, steps=args.ppo_epoch * args.num_mini_batch)
     alive_advantages = advantages[buffer.alive[:-1]]
     advantages = (advantages - alive_advantages.mean()) / (alive_advantages.std() + 1e-5)
-    obs, state = flat(buffer.obs[:-1]), flat(buffer.state[:-1])
+    obs, state = buffer.obs[:-1], buffer.state[:-1]
     data = [agent.actor_input(obs), agent.critic_input(obs, state)]  # once an update
-    rest = [buffer.alive[:-1], buffer.actions, buffer.logprobs, buffer.avail[:-1], advantages, old_values]
-    data += [flat(x) for x in rest + [value_norm.normalize(returns)]]
+    data += [buffer.alive[:-1], buffer.actions, buffer.logprobs, buffer.avail[:-1], advantages, old_values]
+    data = [x.flatten(0, 1) for x in data + [value_norm.normalize(returns)]]  # (T * n_envs, ...): env steps
     stats = []
     for _ in range(args.ppo_epoch):
         for mb in minibatch_indices(data[0].shape[0], args.num_mini_batch, data[0].device):
@@ -1399,13 +1398,13 @@ def check_args(args):
 
 def memory_estimate(spec, args):
     """Peak bytes of a run: floats per agent-step of a rollout, fitted to measured peaks (docs/speed.md)."""
+    n_agents = len(spec.agents)
     with torch.device("meta"):  # the model's size without its memory: weights, gradients, Adam's two moments
         agent = build_agent(spec, args, torch.device("meta"))[0]
-    n_agents, state_type = len(spec.agents), agent.state_type  # local without a state, whatever the flag
+        critic_input = agent.critic_input(torch.zeros(1, n_agents, spec.obs_dim), torch.zeros(1, spec.state_dim))
     inputs = spec.obs_dim + spec.state_dim / n_agents  # floats of observation and state stored per agent-step
-    rows = 1 if state_type == "EP" else n_agents  # critic rows per env; FP/AS/local add ids, AS/local obs
-    own = (state_type in ("AS", "local")) * spec.obs_dim - (state_type == "local") * spec.state_dim
-    extra = rows * (spec.state_dim + (rows > 1) * n_agents + own) - spec.state_dim
+    _, rows, width = critic_input.shape  # critic rows per env: 1 (EP) or n_agents
+    extra = rows * width - spec.state_dim  # the critic's inputs beyond the state
     critic = (3 * extra + 2 * args.hidden_size * (rows - 1)) / n_agents  # more inputs and activations than EP's
     per_agent_step = 4 * inputs + critic + 2 * args.hidden_size  # then one minibatch's, with the actor's joined ids
     per_agent_step += (2 * args.hidden_size + 250 + 2.5 * args.use_agent_id * n_agents) / args.num_mini_batch

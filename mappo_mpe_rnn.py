@@ -207,7 +207,7 @@ def action_distribution(out: Tensor, avail_actions: Tensor, std_logit: Tensor | 
 
 
 class Agent(nn.Module):
-    """Recurrent actor(s) and a recurrent centralized critic."""
+    """GRU actor(s) and a centralized GRU critic."""
 
     def __init__(self, spec: EnvSpec, args):
         super().__init__()
@@ -218,14 +218,14 @@ class Agent(nn.Module):
         actor_columns = nearest_columns(spec, args.nearest_k) if args.nearest_k else None
         self.register_buffer("actor_columns", actor_columns, persistent=False)
         self.register_buffer("agent_ids", torch.eye(n_agents))
-        actor_in = (spec.obs_dim if actor_columns is None else len(actor_columns)) + args.use_agent_id * n_agents
+        obs, state = torch.zeros(1, n_agents, spec.obs_dim), torch.zeros(1, spec.state_dim)
+        actor_in = self.actor_input(obs).shape[-1]
         n_actors = n_agents if args.separate_actors else 1
         self.actors = nn.ModuleList(RecurrentNet(actor_in, spec.action_dim, 0.01, args) for _ in range(n_actors))
         # the std starts at sigmoid(2) = 0.88
         self.actor_std_logit = nn.Parameter(torch.full((n_actors, spec.action_dim), 2.0)) if spec.continuous else None
         # EP: one pass per env, a value head per agent
-        extra = {"EP": 0, "FP": n_agents, "AS": spec.obs_dim + n_agents, "local": spec.obs_dim + n_agents}
-        critic_in = (self.state_type != "local") * spec.state_dim + extra[self.state_type]
+        critic_in = self.critic_input(obs, state).shape[-1]
         self.critic = RecurrentNet(critic_in, n_agents if self.state_type == "EP" else 1, 1.0, args)
         critic_rows = 1 if self.state_type == "EP" else n_agents
         self.hidden_shapes = ((n_agents, args.hidden_size), (critic_rows, args.hidden_size))
@@ -349,7 +349,7 @@ class RolloutBuffer:
 
     @torch.no_grad()
     def compute_values(self, agent, value_norm):
-        """Values: the critic over T + 1 inputs; final input t, one step from hidden state t."""
+        """The critic over T + 1 inputs; final input t, one step from hidden state t."""
         values, hiddens = agent.get_value(agent.critic_input(self.obs, self.state), self.critic_hidden, self.starts)
         self.values[:] = value_norm.denormalize(values)
         no_starts = torch.zeros_like(self.starts[1:]).flatten()[None]  # (1, T * n_envs)
@@ -1448,13 +1448,13 @@ def check_args(args):
 
 def memory_estimate(spec, args):
     """Peak bytes of a run: floats per agent-step of a rollout, fitted to measured peaks (docs/speed.md)."""
+    n_agents = len(spec.agents)
     with torch.device("meta"):  # the model's size without its memory: weights, gradients, Adam's two moments
         agent = build_agent(spec, args, torch.device("meta"))[0]
-    n_agents, state_type = len(spec.agents), agent.state_type  # local without a state, whatever the flag
+        critic_input = agent.critic_input(torch.zeros(1, n_agents, spec.obs_dim), torch.zeros(1, spec.state_dim))
     inputs = spec.obs_dim + spec.state_dim / n_agents  # floats of observation and state stored per agent-step
-    rows = 1 if state_type == "EP" else n_agents  # critic rows per env; FP/AS/local add ids, AS/local obs
-    own = (state_type in ("AS", "local")) * spec.obs_dim - (state_type == "local") * spec.state_dim
-    extra = rows * (spec.state_dim + (rows > 1) * n_agents + own) - spec.state_dim
+    _, rows, width = critic_input.shape  # critic rows per env: 1 (EP) or n_agents
+    extra = rows * width - spec.state_dim  # the critic's inputs beyond the state
     critic = (3 * extra + 15 * args.hidden_size * (rows - 1)) / n_agents  # more inputs and activations than EP's
     per_agent_step = 4 * inputs + critic + 5 * args.hidden_size  # then one minibatch's, with the actor's joined ids
     per_agent_step += (14 * args.hidden_size + 250 + 1.5 * args.use_agent_id * n_agents) / args.num_mini_batch
