@@ -1223,8 +1223,8 @@ def evaluate(agent, envs: PettingZooVecEnv, seed, max_steps, stop: TrainingRun |
 def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args, writer, step, video, stop):
     """`evaluate` on a generator apart from training's; with --capture-video episode 0 to `video` and TensorBoard."""
     with torch.random.fork_rng(devices=[eval_envs.device] * (eval_envs.device.type == "cuda")):
-        torch.manual_seed(args.seed + 100_000)
-        returns, frames = evaluate(agent, eval_envs, args.seed + 100_000, args.eval_max_steps, stop, args.eval_sample)
+        torch.manual_seed(seed := args.seed + 100_000)
+        returns, frames = evaluate(agent, eval_envs, seed, args.eval_max_steps, stop, args.eval_sample)
     if frames is not None:
         os.makedirs(os.path.dirname(video), exist_ok=True)
         write_file(video, iio.imwrite("<bytes>", frames, plugin="FFMPEG", extension=".mp4", fps=10, macro_block_size=1))

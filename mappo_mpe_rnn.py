@@ -1267,8 +1267,8 @@ def evaluate(agent, envs: PettingZooVecEnv, seed, max_steps, stop: TrainingRun |
 def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args, writer, step, video, stop):
     """`evaluate` on a generator apart from training's; with --capture-video episode 0 to `video` and TensorBoard."""
     with torch.random.fork_rng(devices=[eval_envs.device] * (eval_envs.device.type == "cuda")):
-        torch.manual_seed(args.seed + 100_000)
-        returns, frames = evaluate(agent, eval_envs, args.seed + 100_000, args.eval_max_steps, stop, args.eval_sample)
+        torch.manual_seed(seed := args.seed + 100_000)
+        returns, frames = evaluate(agent, eval_envs, seed, args.eval_max_steps, stop, args.eval_sample)
     if frames is not None:
         os.makedirs(os.path.dirname(video), exist_ok=True)
         write_file(video, iio.imwrite("<bytes>", frames, plugin="FFMPEG", extension=".mp4", fps=10, macro_block_size=1))
@@ -1418,6 +1418,7 @@ def check_args(args):
         for name in names.split():
             if not ok(getattr(args, name)):
                 raise ErrorExit(f"--{name.replace('_', '-')} must be {what}, not {getattr(args, name)}")
+    batch = args.batch
     if args.resume is not None and args.eval_checkpoint is not None:
         raise ErrorExit("--resume and --eval-checkpoint exclude each other: one trains on, the other only evaluates")
     if args.track and os.environ.get("WANDB_MODE") not in ("offline", "dryrun", "disabled"):  # a key, no network
@@ -1442,8 +1443,8 @@ def check_args(args):
             f"--num-mini-batch {args.num_mini_batch} does not divide --n-rollout-threads {args.n_rollout_threads} "
             "(a minibatch holds whole envs: their sequences stay unbroken)"
         )
-    if args.eval_checkpoint is None and args.total_timesteps < args.batch:
-        raise ErrorExit(f"--total-timesteps {args.total_timesteps} is less than one rollout ({args.batch} env steps)")
+    if args.eval_checkpoint is None and args.total_timesteps < batch:
+        raise ErrorExit(f"--total-timesteps {args.total_timesteps} is less than one rollout ({batch} env steps)")
 
 
 def memory_estimate(spec, args):
