@@ -937,7 +937,7 @@ def update_ms(m, n_envs: int, way: str) -> float:
     for name in ("get_dist", "evaluate_actions", "get_value") if way == "compiled" else ():
         if hasattr(agent, name):
             setattr(agent, name, torch.compile(getattr(agent, name), mode="reduce-overhead"))
-    step = m.GraphedStep(m.ppo_step) if way.startswith("graph") else m.ppo_step
+    step = m.GraphedStep() if way.startswith("graph") else m.ppo_step
     times = []
     for _ in range(8):
         torch.cuda.synchronize() if device.type == "cuda" else None

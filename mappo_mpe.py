@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, Protocol, runtime_checkable
+from typing import Literal, NamedTuple, Protocol
 
 import gymnasium
 import imageio.v3 as iio
@@ -170,7 +170,6 @@ class Gaussian(Normal):
 
 
 def action_distribution(out: Tensor, avail_actions: Tensor, std_logit: Tensor | None):
-    """A masked categorical on the logits `out`, or with `std_logit` a `Gaussian`."""
     if std_logit is None:
         return Categorical(logits=out.masked_fill(~avail_actions, -1e10), validate_args=False)
     return Gaussian(out, std_logit, avail_actions)
@@ -183,7 +182,7 @@ class Agent(nn.Module):
         super().__init__()
         n_agents = len(spec.agents)
         self.use_agent_id = args.use_agent_id
-        self.state_type = args.state_type if spec.state_dim else "local"
+        self.state_type = args.state_type
         self.entities = spec.entities if args.sort_entities or args.nearest_k else ()
         actor_columns = nearest_columns(spec, args.nearest_k) if args.nearest_k else None
         self.register_buffer("actor_columns", actor_columns, persistent=False)
@@ -449,9 +448,12 @@ def main(args):
 # ============================== Below: setting up, watching and ending a run (`Args`, `TrainingRun`, envs, checks)
 
 
+SCRIPT = os.path.basename(__file__)
+
+
 @dataclass
 class Args(Hyperparameters):
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    exp_name: str = SCRIPT[: -len(".py")]
     """the name of this experiment"""
     seed: int = 1
     """seed of the experiment (env k uses seed + k)"""
@@ -529,6 +531,8 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.spec = spec = get_env_spec(args.env_id, scenario_kwargs(args))
         random.seed(args.seed)  # the probe seeded them with 0
         np.random.seed(args.seed)
+        if not spec.state_dim and hasattr(args, "state_type"):
+            args = dataclasses.replace(args, state_type="local")
         self.warmup = self.compiled = args.compile and compiles(device)
         check_memory(spec, args, device)
         compiling = ", compiling first" + ", the update as one CUDA graph" * (device.type == "cuda")
@@ -536,8 +540,6 @@ class TrainingRun(contextlib.AbstractContextManager):
         if args.resume and os.path.isdir(args.resume):
             args = dataclasses.replace(args, resume=os.path.join(args.resume, "checkpoint.pt"))
         self.checkpoint = checkpoint = load_checkpoint(args.resume, device) if args.resume else None
-        if not spec.state_dim and hasattr(args, "state_type"):
-            args = dataclasses.replace(args, state_type="local")
         if not args.gamma and checkpoint:  # a resumed run keeps the discount it began with
             args = dataclasses.replace(args, gamma=checkpoint["args"]["gamma"])
         elif not args.gamma:  # a horizon 1 / (1 - gamma) of a quarter of the env's time limit
@@ -574,7 +576,7 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.model, self.buffer, self.losses = (agent, value_norm, optimizer), buffer, {}
         if self.compiled:
             compile_for_device(agent, self.envs, self.device)
-        self.ppo_step = GraphedStep(ppo_step) if self.compiled and self.device.type == "cuda" else ppo_step
+        self.ppo_step = GraphedStep() if self.compiled and self.device.type == "cuda" else ppo_step
         if self.checkpoint is None:
             self.envs.reset()
         else:
@@ -645,8 +647,8 @@ class TrainingRun(contextlib.AbstractContextManager):
 
     def __exit__(self, kind, error, trace):
         """`end`; a full disk: one error line, the checkpoint kept; a finished run only notes signals."""
-        progress, checkpoint = self.progress, f"{self.run_dir}/checkpoint.pt"
-        finished = progress.eval_step == progress.global_step == self.num_iterations * self.args.batch
+        checkpoint = f"{self.run_dir}/checkpoint.pt"
+        finished = self.progress.eval_step == self.progress.global_step == self.num_iterations * self.args.batch
         noted = lambda signum, frame: setattr(self, "signal", self.signal or signum)
         for s, handler in self.handlers.items():
             signal.signal(s, noted if kind is None and finished else handler)
@@ -667,7 +669,7 @@ class TrainingRun(contextlib.AbstractContextManager):
 
     def end(self, kind, error, finished):
         """An env's fault: one error line, the last update kept; a stop: how to go on; else a summary."""
-        progress, run_dir, resume = self.progress, self.run_dir, f"--resume {self.run_dir}/checkpoint.pt"
+        progress, resume = self.progress, f"--resume {self.run_dir}/checkpoint.pt"
         if isinstance(error, EnvError):
             line = f"{error} at env step {progress.global_step:,}"
             if progress.iteration * self.args.batch > (self.checkpoint or {}).get("global_step", 0):
@@ -677,7 +679,7 @@ class TrainingRun(contextlib.AbstractContextManager):
             raise ErrorExit(line) from None
         if kind is not None:
             raise error
-        summary = f"run in {run_dir}, with checkpoint.pt"
+        summary = f"run in {self.run_dir}, with checkpoint.pt"
         if self.args.save_model:
             self.save("model.pt")
             best = f" and best_model.pt (best eval {progress.best_eval:.3f})" if np.isfinite(progress.best_eval) else ""
@@ -687,7 +689,7 @@ class TrainingRun(contextlib.AbstractContextManager):
             print(f"{how}; {summary}; to go on, add {resume}")
             raise SystemExit(128 + self.signal)
         print(summary)
-        self.summary = dict(run_name=os.path.basename(run_dir), losses=self.losses) | dataclasses.asdict(progress)
+        self.summary = dict(run_name=os.path.basename(self.run_dir), losses=self.losses) | dataclasses.asdict(progress)
 
 
 MAX_INPUTS = 4096  # numbers of an observation or state the MLPs take; more is an image
@@ -893,7 +895,6 @@ class StepResult(NamedTuple):
         return (self.terminated | self.truncated).all(dim=1)
 
 
-@runtime_checkable
 class VecEnv(Protocol):
     """`spec`'s env copies stepped together, an ended episode begun anew in `step`; a dead agent stays terminated."""
 
@@ -922,19 +923,19 @@ class BatchedMPE:
 
     def __init__(self, spec, n_envs, seed, device):
         self.spec, self.env_id, self.n_envs, self.device = spec, spec.env_id, n_envs, device
-        self.max_cycles, self.continuous = spec.scenario["max_cycles"], spec.continuous
+        self.max_cycles = spec.scenario["max_cycles"]
         self.n_agents = n_agents = len(spec.agents)
         # mpe2's make_world: who moves, who speaks (message size), the landmarks' colours
         if self.env_id == "simple_spread_v3":
             self.n_landmarks, self.dim_c, movable, speaks = n_agents, 2, [True] * n_agents, [False] * n_agents
-            colours = []
+            shade = 0.0
         elif self.env_id == "simple_speaker_listener_v4":
             self.n_landmarks, self.dim_c, movable, speaks = 3, 3, [False, True], [True, False]
-            colours = [[0.65, 0.15, 0.15], [0.15, 0.65, 0.15], [0.15, 0.15, 0.65]]
+            shade = 0.15
         else:
             self.n_landmarks, self.dim_c, movable, speaks = 3, 10, [True, True], [True, True]
-            colours = [[0.75, 0.25, 0.25], [0.25, 0.75, 0.25], [0.25, 0.25, 0.75]]
-        self.colours, self.movable = torch.tensor(colours, device=device), torch.tensor(movable, device=device)
+            shade = 0.25
+        self.colours, self.movable = 0.5 * torch.eye(3, device=device) + shade, torch.tensor(movable, device=device)
         others = [[k for k in range(n_agents) if k != i] for i in range(n_agents)]
         self.others = torch.tensor(others, dtype=torch.long, device=device)  # (n_agents, n_agents - 1)
         self.agent_rows = torch.arange(n_agents, device=device)
@@ -953,7 +954,7 @@ class BatchedMPE:
         table = torch.zeros(self.n_agents, self.spec.action_dim, 2 + self.dim_c)
         for i in range(self.n_agents):
             n_moves = 5 if movable[i] else 0
-            if self.continuous:
+            if self.spec.continuous:
                 if movable[i]:
                     table[i, [2, 1, 4, 3], [0, 0, 1, 1]] = torch.tensor([1.0, -1.0, 1.0, -1.0]) * SENSITIVITY
                 if speaks[i]:
@@ -980,7 +981,7 @@ class BatchedMPE:
         self.goal = torch.where(keep[:, 0], self.goal, goal.to(self.device))
 
     def step(self, actions: Tensor) -> StepResult:
-        if self.continuous and not torch.isfinite(actions).all():  # the one wait for the device, continuous only
+        if self.spec.continuous and not torch.isfinite(actions).all():  # the one wait for the device, continuous only
             raise ErrorExit("the policy gave a continuous action that is NaN or infinite (it diverged)")
         rewards, final_obs, final_state = self.advance(actions)
         self.steps = self.steps + 1  # a new tensor: an earlier state_dict() stays as it was
@@ -994,7 +995,7 @@ class BatchedMPE:
 
     def advance(self, actions):
         """The world one step on (mpe2's `World.step`): its rewards, observations and state."""
-        if self.continuous:  # clipped into the box as mpe2 clips them
+        if self.spec.continuous:  # clipped into the box as mpe2 clips them
             effects = torch.einsum("eia,iac->eic", actions.clamp(0.0, 1.0), self.action_effects)
         else:
             effects = self.action_effects[self.agent_rows, actions]  # (n_envs, n_agents, 2 + dim_c)
@@ -1204,16 +1205,16 @@ class PettingZooVecEnv:
 
 
 @torch.no_grad()
-def evaluate(agent, envs: PettingZooVecEnv, seed, max_steps, stop: TrainingRun | None, sample):
-    """One episode in each env k (seed + k) to its end, `max_steps` or a stop: returns (n_envs, n_agents), frames."""
+def evaluate(agent, envs: PettingZooVecEnv, seed, args, stop: TrainingRun | None):
+    """One episode per env k (seed + k) to its end, a stop or --eval-max-steps: returns (n_envs, n_agents), frames."""
     envs.reset(seed)
     returns = torch.zeros(envs.n_envs, len(envs.spec.agents), device=envs.device)
     playing = torch.ones(envs.n_envs, dtype=torch.bool, device=envs.device)  # in its first episode still
-    for _ in range(max_steps):
+    for _ in range(args.eval_max_steps):
         if not playing.any() or (stop is not None and stop.signal is not None):
             break
         obs, _, _, avail = envs.observe()
-        step = envs.step(agent.act(obs, avail, deterministic=not sample)[0])
+        step = envs.step(agent.act(obs, avail, deterministic=not args.eval_sample)[0])
         returns += step.rewards * playing[:, None]
         playing &= ~step.ended
     frames = envs.envs.get_attr("frames")[0]
@@ -1224,7 +1225,7 @@ def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args, writer, step, 
     """`evaluate` on a generator apart from training's; with --capture-video episode 0 to `video` and TensorBoard."""
     with torch.random.fork_rng(devices=[eval_envs.device] * (eval_envs.device.type == "cuda")):
         torch.manual_seed(seed := args.seed + 100_000)
-        returns, frames = evaluate(agent, eval_envs, seed, args.eval_max_steps, stop, args.eval_sample)
+        returns, frames = evaluate(agent, eval_envs, seed, args, stop)
     if frames is not None:
         os.makedirs(os.path.dirname(video), exist_ok=True)
         write_file(video, iio.imwrite("<bytes>", frames, plugin="FFMPEG", extension=".mp4", fps=10, macro_block_size=1))
@@ -1235,7 +1236,7 @@ def evaluate_and_record(agent, eval_envs: PettingZooVecEnv, args, writer, step, 
 
 def save_checkpoint(path, agent, value_norm, optimizer, args, global_step, **training):
     model = dict(agent=agent.state_dict(), value_norm=value_norm.state_dict(), optimizer=optimizer.state_dict())
-    checkpoint = dict(script=os.path.basename(__file__), args=dataclasses.asdict(args), global_step=global_step)
+    checkpoint = dict(script=SCRIPT, args=dataclasses.asdict(args), global_step=global_step)
     torch.save(checkpoint | model | training, data := io.BytesIO())  # in memory: a full disk is an OSError, below
     write_file(path, data.getbuffer())
 
@@ -1262,7 +1263,6 @@ def write_file(path, data):
 
 def load_checkpoint(path, device):
     """The checkpoint; a missing, unreadable or foreign file is one error line."""
-    this_script = os.path.basename(__file__)
     if not os.path.isfile(path):
         raise ErrorExit(f"checkpoint not found: {path}")
     try:
@@ -1274,12 +1274,12 @@ def load_checkpoint(path, device):
         what = "is a text file" if text else "is a binary file that torch.save did not write"
         if head.startswith(b"PK\x03\x04"):  # torch.save writes a zip archive
             what = "starts like a torch checkpoint but is truncated or damaged"
-        raise ErrorExit(f"{path} {what if head else 'is empty'}; expected a {this_script} checkpoint") from None
+        raise ErrorExit(f"{path} {what if head else 'is empty'}; expected a {SCRIPT} checkpoint") from None
     keys = {"script", "agent", "value_norm", "optimizer", "args", "global_step"}
     if not isinstance(checkpoint, dict) or not keys <= set(checkpoint):
-        raise ErrorExit(f"{path} is a torch file but not a checkpoint of these scripts; expected {this_script}")
-    if checkpoint["script"] != this_script:
-        raise ErrorExit(f"{path} is a {checkpoint['script']} checkpoint, this is {this_script}")
+        raise ErrorExit(f"{path} is a torch file but not a checkpoint of these scripts; expected {SCRIPT}")
+    if checkpoint["script"] != SCRIPT:
+        raise ErrorExit(f"{path} is a {checkpoint['script']} checkpoint, this is {SCRIPT}")
     return checkpoint
 
 
@@ -1335,12 +1335,12 @@ def due(step, interval, since):
 def training_state(run: TrainingRun):
     """What a checkpoint holds besides the model, to go on exactly."""
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
-    return {
-        "progress": dataclasses.asdict(run.progress),
-        "env": run.envs.state_dict(),
-        "episode_returns": run.running_returns,
-        "rng_states": {"torch": torch.get_rng_state(), "cuda": cuda},
-    }
+    return dict(
+        progress=dataclasses.asdict(run.progress),
+        env=run.envs.state_dict(),
+        episode_returns=run.running_returns,
+        rng_states=dict(torch=torch.get_rng_state(), cuda=cuda),
+    )
 
 
 def resume_training(run: TrainingRun, checkpoint):
@@ -1511,7 +1511,7 @@ def run_evaluation_only(args):
     """Test mode: evaluates a checkpoint on mpe2 with the settings it was trained with."""
     device = setup_torch(args)
     checkpoint = load_checkpoint(args.eval_checkpoint, device)
-    saved = {k: v for k, v in checkpoint["args"].items() if k in {f.name for f in dataclasses.fields(Args)}}
+    saved = {k: v for k, v in checkpoint["args"].items() if k in vars(Args())}
     keep = "eval_checkpoint n_eval_episodes eval_max_steps capture_video seed cuda eval_n_agents".split()
     keep += ["eval_sample"] * args.eval_sample  # sampled where the checkpoint's run or this command says so
     args = dataclasses.replace(Args(**saved), **{k: v for k, v in vars(args).items() if k in keep})
@@ -1520,7 +1520,7 @@ def run_evaluation_only(args):
     args = dataclasses.replace(args, n_agents=args.eval_n_agents or args.n_agents)
     spec = get_env_spec(args.env_id, scenario_kwargs(args))
     envs = PettingZooVecEnv(spec, args.n_eval_episodes, args.seed, device, args.async_envs, args.capture_video)
-    agent, value_norm, optimizer = build_agent(envs.spec, args, device)
+    agent, value_norm, optimizer = build_agent(spec, args, device)
     if args.eval_n_agents:  # another team size: what fits it (the policy, whose input does not depend on N)
         own = agent.state_dict()
         agent.load_state_dict(fits := {k: v for k, v in checkpoint["agent"].items() if v.shape == own[k].shape}, False)
@@ -1528,10 +1528,10 @@ def run_evaluation_only(args):
     else:
         restore(checkpoint, agent, value_norm, optimizer, args.eval_checkpoint)
     run_dir, step = os.path.dirname(os.path.abspath(args.eval_checkpoint)), checkpoint["global_step"]
-    video = os.path.join("videos", os.path.basename(run_dir), f"test_{step}.mp4") if args.capture_video else None
+    video = f"videos/{os.path.basename(run_dir)}/test_{step}.mp4" if args.capture_video else None
     with SummaryWriter(run_dir) if video else contextlib.nullcontext() as writer:
         returns = evaluate_and_record(agent, envs, args, writer, step, video, None)
-    per_agent = ", ".join(f"{a} {r:.3f}" for a, r in zip(envs.spec.agents, returns.mean(axis=0)))
+    per_agent = ", ".join(f"{a} {r:.3f}" for a, r in zip(spec.agents, returns.mean(axis=0)))
     print(
         f"{args.eval_checkpoint} (trained {step} steps on {args.env_id}): eval{' sampled' * args.eval_sample} episodic"
         f"_return {returns.mean():.3f} +- {returns.mean(axis=1).std():.3f} over {len(returns)} episodes; {per_agent}"
@@ -1543,15 +1543,15 @@ def run_evaluation_only(args):
 class GraphedStep:
     """`ppo_step` as one CUDA graph captured after three eager steps; a replay copies in the minibatch and rates."""
 
-    def __init__(self, step):
-        self.step, self.warmup_steps, self.graph = step, 3, None
+    def __init__(self):
+        self.warmup_steps, self.graph = 3, None
 
     def __call__(self, agent, optimizer, batch, args):
         if self.warmup_steps:
             self.warmup_steps -= 1
             torch.cuda.synchronize()
             with torch.cuda.stream(torch.cuda.Stream()):  # off the default stream, as the capture will be
-                stats = self.step(agent, optimizer, batch, args)
+                stats = ppo_step(agent, optimizer, batch, args)
             torch.cuda.synchronize()
             return stats
         if self.graph is None:  # minibatches are of one size: --num-mini-batch divides the rollout
@@ -1563,7 +1563,7 @@ class GraphedStep:
             optimizer.zero_grad()  # the graph's backward then makes the gradients, in its own memory
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph):
-                stats = self.step(agent, optimizer, self.inputs, args)
+                stats = ppo_step(agent, optimizer, self.inputs, args)
                 self.names, self.stats = list(stats), torch.stack(list(stats.values()))  # one copy out a step
             for group, lr in zip(groups, floats):
                 group.update(lr=lr, capturable=False)

@@ -28,7 +28,7 @@ def update_three_times(m, args, graphed: bool) -> tuple:
     buffer.actions.random_(0, spec.action_dim)
     buffer.alive[:, :, 0] = torch.rand(26, 8, device=device) < 0.8  # deaths: masked means see them
     advantages, returns = torch.randn(2, 25, 8, len(spec.agents), device=device)
-    step = m.GraphedStep(m.ppo_step) if graphed else m.ppo_step
+    step = m.GraphedStep() if graphed else m.ppo_step
     stats = []
     for lr in (args.lr, args.lr / 2, args.lr / 4):
         for group in optimizer.param_groups:

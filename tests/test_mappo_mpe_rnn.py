@@ -234,7 +234,7 @@ def test_evaluation_and_video_reset_the_hidden_state_at_the_episode_start(monkey
 
     monkeypatch.setattr(agent, "act", spy)
     envs = m.PettingZooVecEnv(env_spec(max_cycles=4), 3, 0, CPU, render_first=True)
-    returns, frames = m.evaluate(agent, envs, 0, 1000, None, False)
+    returns, frames = m.evaluate(agent, envs, 0, m.Args(eval_max_steps=1000), None)
     assert len(calls) == 4 and returns.shape == (3, 3) and frames.shape[0] == 5  # 4 steps, and the first frame
     assert torch.all(calls[0][0] == 0) and calls[0][1].all() and calls[0][1].shape == (3,)
     for (_, _, given), (hidden, starts, _) in zip(calls[:-1], calls[1:]):
