@@ -212,7 +212,7 @@ class Agent(nn.Module):
         super().__init__()
         n_agents = len(spec.agents)
         self.use_agent_id = args.use_agent_id
-        self.state_type = args.state_type
+        self.state_type = args.state_type if spec.state_dim else "local"
         self.entities = spec.entities if args.sort_entities or args.nearest_k else ()
         actor_columns = nearest_columns(spec, args.nearest_k) if args.nearest_k else None
         self.register_buffer("actor_columns", actor_columns, persistent=False)
@@ -581,13 +581,13 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.spec = spec = get_env_spec(args.env_id, scenario_kwargs(args))
         random.seed(args.seed)  # the probe seeded them with 0
         np.random.seed(args.seed)
-        if not spec.state_dim and hasattr(args, "state_type"):
-            args = dataclasses.replace(args, state_type="local")
         check_memory(spec, args, device)
         print(f"training on {device.type}, torch threads: {torch.get_num_threads()}")
         if args.resume and os.path.isdir(args.resume):
             args = dataclasses.replace(args, resume=os.path.join(args.resume, "checkpoint.pt"))
         self.checkpoint = checkpoint = load_checkpoint(args.resume, device) if args.resume else None
+        if not spec.state_dim and hasattr(args, "state_type"):
+            args = dataclasses.replace(args, state_type="local")
         if not args.gamma and checkpoint:  # a resumed run keeps the discount it began with
             args = dataclasses.replace(args, gamma=checkpoint["args"]["gamma"])
         elif not args.gamma:  # a horizon 1 / (1 - gamma) of a quarter of the env's time limit
@@ -610,8 +610,8 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.progress = Progress(**checkpoint["progress"]) if checkpoint else Progress()
         self.running_returns = torch.zeros(n_envs, len(spec.agents), device=device)
         self.writer = start_logging(self.run_dir, args, checkpoint and checkpoint["global_step"])
-        self.signal, stops = None, (signal.SIGINT, signal.SIGTERM)
-        self.handlers = {s: signal.signal(s, self.request_stop) for s in stops}
+        self.signal = None
+        self.handlers = {s: signal.signal(s, self.request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def request_stop(self, signum, frame=None):
         """A stop at the iteration's end; a second signal acts at once."""
@@ -641,7 +641,7 @@ class TrainingRun(contextlib.AbstractContextManager):
         seconds = {"rollout": update_start - self.rollout_start, "update": time.time() - update_start}
         values, returns = buffer.values[:-1][buffer.alive[:-1]], returns[buffer.alive[:-1]]
         var = returns.var()
-        losses["explained_variance"] = float("nan") if var == 0 else (1 - (returns - values).var() / var).item()
+        losses["explained_variance"] = np.nan if var == 0 else (1 - (returns - values).var() / var).item()
         progress.iteration, global_step, self.losses = iteration, progress.global_step, losses
         sps = int((global_step - self.start_step) / (time.time() - self.start_time))
         ended_returns = self.ended_episode_returns()
@@ -1366,9 +1366,9 @@ class Progress:
     iteration: int = 0
     global_step: int = 0
     best_eval: float = -np.inf
-    eval_return: float = float("nan")
+    eval_return: float = np.nan
     eval_step: int = 0  # where it was: one that an env fault stopped is due again after a resume
-    train_return: float = float("nan")
+    train_return: float = np.nan
 
 
 def due(step, interval, since):

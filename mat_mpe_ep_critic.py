@@ -623,8 +623,6 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.spec = spec = get_env_spec(args.env_id, scenario_kwargs(args))
         random.seed(args.seed)  # the probe seeded them with 0
         np.random.seed(args.seed)
-        if not spec.state_dim and hasattr(args, "state_type"):
-            args = dataclasses.replace(args, state_type="local")
         self.warmup = self.compiled = args.compile and compiles(device)
         check_memory(spec, args, device)
         compiling = ", compiling first" + ", the update as one CUDA graph" * (device.type == "cuda")
@@ -632,6 +630,8 @@ class TrainingRun(contextlib.AbstractContextManager):
         if args.resume and os.path.isdir(args.resume):
             args = dataclasses.replace(args, resume=os.path.join(args.resume, "checkpoint.pt"))
         self.checkpoint = checkpoint = load_checkpoint(args.resume, device) if args.resume else None
+        if not spec.state_dim and hasattr(args, "state_type"):
+            args = dataclasses.replace(args, state_type="local")
         if not args.gamma and checkpoint:  # a resumed run keeps the discount it began with
             args = dataclasses.replace(args, gamma=checkpoint["args"]["gamma"])
         elif not args.gamma:  # a horizon 1 / (1 - gamma) of a quarter of the env's time limit
@@ -654,8 +654,8 @@ class TrainingRun(contextlib.AbstractContextManager):
         self.progress = Progress(**checkpoint["progress"]) if checkpoint else Progress()
         self.running_returns = torch.zeros(n_envs, len(spec.agents), device=device)
         self.writer = start_logging(self.run_dir, args, checkpoint and checkpoint["global_step"])
-        self.signal, stops = None, (signal.SIGINT, signal.SIGTERM)
-        self.handlers = {s: signal.signal(s, self.request_stop) for s in stops}
+        self.signal = None
+        self.handlers = {s: signal.signal(s, self.request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def request_stop(self, signum, frame=None):
         """A stop at the iteration's end; a second signal acts at once."""
@@ -688,7 +688,7 @@ class TrainingRun(contextlib.AbstractContextManager):
         seconds = {"rollout": update_start - self.rollout_start, "update": time.time() - update_start}
         values, returns = buffer.values[:-1][buffer.alive[:-1]], returns[buffer.alive[:-1]]
         var = returns.var()
-        losses["explained_variance"] = float("nan") if var == 0 else (1 - (returns - values).var() / var).item()
+        losses["explained_variance"] = np.nan if var == 0 else (1 - (returns - values).var() / var).item()
         progress.iteration, global_step, self.losses = iteration, progress.global_step, losses
         last, apart, first = iteration == self.num_iterations, 30 * batch, global_step == self.start_step + batch
         warmup, self.warmup = self.warmup and not last, False  # a compiled run's first iteration: out of SPS, ETA
@@ -1414,9 +1414,9 @@ class Progress:
     iteration: int = 0
     global_step: int = 0
     best_eval: float = -np.inf
-    eval_return: float = float("nan")
+    eval_return: float = np.nan
     eval_step: int = 0  # where it was: one that an env fault stopped is due again after a resume
-    train_return: float = float("nan")
+    train_return: float = np.nan
 
 
 def due(step, interval, since):

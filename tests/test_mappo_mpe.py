@@ -238,13 +238,12 @@ def test_critic_input_and_value_shapes(state_type, critic_features):
     assert agent.get_value(agent.critic_input(obs, state)).shape == (5, 3)
 
 
-def test_without_a_state_the_local_critic_takes_each_agents_observation_as_as_does():
-    """A run records --state-type local where the env has no state (test_machine_faults.py); AS there is the same."""
+def test_without_a_state_the_critic_and_the_memory_estimate_take_each_agents_observation_whatever_the_flag():
     spec = env_spec()._replace(state_dim=0, has_state=False)  # as probe_env leaves an env whose joined obs do not fit
-    assert m.memory_estimate(spec, m.Args(state_type="AS")) == m.memory_estimate(spec, m.Args(state_type="local"))
-    agent = m.Agent(spec, m.Args(state_type="local"))
+    assert len({m.memory_estimate(spec, m.Args(state_type=t)) for t in ("EP", "FP", "AS", "local")}) == 1
+    agent = m.Agent(spec, m.Args(state_type="EP"))
     obs = torch.randn(5, 3, 18)
-    assert agent.critic_input(obs, torch.zeros(5, 0)).shape == (5, 3, 18 + 3)
+    assert agent.state_type == "local" and agent.critic_input(obs, torch.zeros(5, 0)).shape == (5, 3, 18 + 3)
     assert agent.get_value(agent.critic_input(obs, torch.zeros(5, 0))).shape == (5, 3)
 
 
